@@ -1,0 +1,84 @@
+"""The ``edgenlp`` command line.
+
+Each verb lives next to the code it drives (``edgenlp/<area>/cli.py``) and is
+imported only when invoked, so ``edgenlp --help`` stays fast. To add a verb,
+add one line to :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+import click
+
+from edgenlp import __version__
+from edgenlp.errors import EdgeNLPError
+
+# verb -> ("module", "attribute", "one-line help shown by `edgenlp --help`")
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "models": ("edgenlp.models.cli", "models_cmd", "List the known models and their shapes."),
+    "tasks": ("edgenlp.data.cli", "tasks_cmd", "List the built-in tasks and where their data lives."),
+    "export": ("edgenlp.export.cli", "export_cmd", "Lower a model to an ExecuTorch/ONNX bundle."),
+    "run": ("edgenlp.run.cli", "run_cmd", "Classify texts with a bundle."),
+    "eval": ("edgenlp.run.cli", "eval_cmd", "Measure a bundle's accuracy through its runtime."),
+    "inspect": ("edgenlp.export.cli", "inspect_cmd", "Verify a bundle and print its manifest."),
+    "demo": ("edgenlp.pipeline", "demo_cmd", "The main job: fine-tune, export, evaluate (default MiniLM + SST-2)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context):  # one-line errors, non-zero exit, no traceback
+        try:
+            return super().invoke(ctx)
+        except EdgeNLPError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+        except FileNotFoundError as exc:
+            click.echo(f"error: file not found: {exc.filename or exc}", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="edgenlp")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+def main(verbose: int) -> None:
+    """edgenlp: fine-tune, compress, lower and profile BERT-family models for devices.
+
+    \b
+    Examples:
+      edgenlp models
+      edgenlp export minilm-l6 --task sst2 --format both --out out/minilm-sst2
+      edgenlp run out/minilm-sst2 "a gripping, funny film"
+      edgenlp eval out/minilm-sst2 --task sst2 --runtime onnx --json
+    """
+    level = logging.WARNING - 10 * verbose
+    logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,177 @@
+/*
+ * edgenlp.h: C API of the edgenlp native runtime.
+ *
+ * Classify text on device with an edgenlp bundle (a directory written by
+ * `edgenlp export`: manifest.json, model.pte, vocab.txt, labels.json). The
+ * library tokenizes with a native WordPiece tokenizer that reproduces the
+ * Hugging Face BertTokenizerFast ids, runs the ExecuTorch program and returns
+ * logits, probabilities and labels.
+ *
+ * Minimal use (see runtime/examples/classify.c):
+ *
+ *     edgenlp_handle* h = NULL;
+ *     if (edgenlp_open("out/minilm-sst2", &h) != EDGENLP_OK) {
+ *       fprintf(stderr, "%s\n", edgenlp_last_error(h));
+ *       edgenlp_close(h);
+ *       return 1;
+ *     }
+ *     float probs[16];
+ *     int32_t label;
+ *     const char* text = "a gripping, funny film";
+ *     if (edgenlp_classify(h, text, strlen(text), probs, 16, &label) == EDGENLP_OK)
+ *       printf("%s %.3f\n", edgenlp_label_name(h, label), probs[label]);
+ *     edgenlp_close(h);
+ *
+ * Conventions
+ *   - Every function that can fail returns an edgenlp_status. On failure the
+ *     handle keeps a one-line message, read with edgenlp_last_error(handle);
+ *     it stays valid until the next call on that handle.
+ *   - Texts are UTF-8, passed as pointer + byte length (no NUL terminator
+ *     needed; embedded NULs are allowed and dropped like other control
+ *     characters). Invalid UTF-8 gives EDGENLP_ERR_INVALID_UTF8.
+ *   - Output arrays are owned by the caller; the capacity argument says how
+ *     many elements fit. Too small gives EDGENLP_ERR_BUFFER_TOO_SMALL.
+ *   - No C++ exception ever crosses this interface.
+ *
+ * Thread safety
+ *   - One handle is not reentrant: calls on the same handle must not overlap.
+ *     Use one handle per thread, or serialize calls with your own lock.
+ *   - Distinct handles are independent and may be used from different threads
+ *     at the same time, with one exception: ExecuTorch has a single
+ *     process-wide thread pool, so edgenlp_set_threads() changes the worker
+ *     count for every handle in the process and must not run while another
+ *     handle is inside a classify call.
+ *   - edgenlp_version(), edgenlp_status_string() are always safe.
+ *
+ * ABI
+ *   - Only the functions below are exported (the library is built with
+ *     hidden visibility). Handles are opaque; no struct layout is part of
+ *     the ABI. Enum values are fixed; new codes are only ever appended.
+ *   - Within one MAJOR version, functions are only added, never changed or
+ *     removed. Compare edgenlp_version() with EDGENLP_VERSION at run time
+ *     if the library may be swapped underneath the application.
+ */
+#ifndef EDGENLP_H_
+#define EDGENLP_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EDGENLP_VERSION_MAJOR 0
+#define EDGENLP_VERSION_MINOR 1
+#define EDGENLP_VERSION_PATCH 0
+/* Encoded as MAJOR * 10000 + MINOR * 100 + PATCH. */
+#define EDGENLP_VERSION \
+  (EDGENLP_VERSION_MAJOR * 10000 + EDGENLP_VERSION_MINOR * 100 + EDGENLP_VERSION_PATCH)
+
+#if defined(_WIN32)
+#define EDGENLP_API __declspec(dllexport)
+#else
+#define EDGENLP_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum edgenlp_status {
+  EDGENLP_OK = 0,
+  EDGENLP_ERR_INVALID_ARGUMENT = 1, /* NULL pointer, bad index, bad count */
+  EDGENLP_ERR_IO = 2,               /* a bundle file is missing or unreadable */
+  EDGENLP_ERR_BUNDLE = 3,           /* manifest malformed or inconsistent */
+  EDGENLP_ERR_CHECKSUM = 4,         /* a file's sha256 differs from the manifest */
+  EDGENLP_ERR_INVALID_UTF8 = 5,     /* text is not valid UTF-8 */
+  EDGENLP_ERR_MODEL = 6,            /* ExecuTorch failed to load or run the program */
+  EDGENLP_ERR_BUFFER_TOO_SMALL = 7, /* an output array is too small */
+  EDGENLP_ERR_NO_MODEL = 8,         /* the bundle has no model.pte (tokenizer only) */
+  EDGENLP_ERR_OUT_OF_MEMORY = 9,
+  EDGENLP_ERR_INTERNAL = 10
+} edgenlp_status;
+
+/* An open bundle. Opaque. */
+typedef struct edgenlp_handle edgenlp_handle;
+
+/* Library version, encoded like EDGENLP_VERSION. */
+EDGENLP_API int edgenlp_version(void);
+
+/* Static English name of a status code ("ok", "invalid utf-8", ...). */
+EDGENLP_API const char* edgenlp_status_string(edgenlp_status status);
+
+/*
+ * Open a bundle directory: read manifest.json, verify the sha256 of every
+ * file it lists, load the vocabulary, labels and (when present) model.pte
+ * with all its methods.
+ *
+ * On return *out is a handle even when opening failed (unless out is NULL or
+ * memory ran out, then *out is NULL), so that edgenlp_last_error(*out) can
+ * say why. Always release it with edgenlp_close().
+ */
+EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle** out);
+
+/* Release a handle. NULL is allowed. */
+EDGENLP_API void edgenlp_close(edgenlp_handle* handle);
+
+/* Message of the last failed call on this handle ("" after success). Never NULL. */
+EDGENLP_API const char* edgenlp_last_error(const edgenlp_handle* handle);
+
+/*
+ * Set the number of ExecuTorch worker threads (>= 1). Process-wide, see
+ * "Thread safety". Reloads the program's methods of this handle.
+ */
+EDGENLP_API edgenlp_status edgenlp_set_threads(edgenlp_handle* handle, int32_t threads);
+
+/* Number of labels of the bundle. */
+EDGENLP_API edgenlp_status edgenlp_num_labels(const edgenlp_handle* handle, size_t* out);
+
+/* Name of label `index`; NULL when the index is out of range. Owned by the handle. */
+EDGENLP_API const char* edgenlp_label_name(const edgenlp_handle* handle, size_t index);
+
+/* The bundle's max_seq_len (tokens including [CLS] and [SEP]). */
+EDGENLP_API edgenlp_status edgenlp_max_seq_len(const edgenlp_handle* handle, size_t* out);
+
+/*
+ * Tokenize `text` as the model sees it: [CLS] wordpieces [SEP], truncated to
+ * max_seq_len. Writes *n_tokens ids into ids[] and the attention mask (all 1)
+ * into mask[] (mask may be NULL). capacity is the length of ids/mask; when
+ * it is too small, *n_tokens is set to the needed length and
+ * EDGENLP_ERR_BUFFER_TOO_SMALL is returned. Works without model.pte.
+ */
+EDGENLP_API edgenlp_status edgenlp_tokenize(edgenlp_handle* handle, const char* text, size_t text_len,
+                                            int64_t* ids, int64_t* mask, size_t capacity,
+                                            size_t* n_tokens);
+
+/*
+ * Classify one text. probs receives num_labels softmax probabilities
+ * (capacity >= num_labels); label (may be NULL) the arg-max index.
+ */
+EDGENLP_API edgenlp_status edgenlp_classify(edgenlp_handle* handle, const char* text, size_t text_len,
+                                            float* probs, size_t capacity, int32_t* label);
+
+/*
+ * Classify n texts (texts[i] has text_lens[i] bytes). probs receives
+ * n * num_labels probabilities, row-major (capacity >= n * num_labels);
+ * labels (may be NULL) n arg-max indices. Stops at the first failing text.
+ */
+EDGENLP_API edgenlp_status edgenlp_classify_batch(edgenlp_handle* handle, const char* const* texts,
+                                                  const size_t* text_lens, size_t n, float* probs,
+                                                  size_t capacity, int32_t* labels);
+
+/* Like edgenlp_classify_batch but writes raw logits (n * num_labels floats). */
+EDGENLP_API edgenlp_status edgenlp_logits_batch(edgenlp_handle* handle, const char* const* texts,
+                                                const size_t* text_lens, size_t n, float* logits,
+                                                size_t capacity);
+
+/*
+ * Profiling: record an ExecuTorch ETDump of the following classify calls.
+ * Reloads the program with an event tracer attached. edgenlp_write_etdump()
+ * writes what was recorded so far to `path` (the format the ExecuTorch
+ * Inspector reads).
+ */
+EDGENLP_API edgenlp_status edgenlp_enable_etdump(edgenlp_handle* handle);
+EDGENLP_API edgenlp_status edgenlp_write_etdump(edgenlp_handle* handle, const char* path);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EDGENLP_H_ */

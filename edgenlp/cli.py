@@ -25,6 +25,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("edgenlp.run.cli", "run_cmd", "Classify texts with a bundle."),
     "eval": ("edgenlp.run.cli", "eval_cmd", "Measure a bundle's accuracy through its runtime."),
     "inspect": ("edgenlp.export.cli", "inspect_cmd", "Verify a bundle and print its manifest."),
+    "profile": ("edgenlp.profile.cli", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
+    "finetune": ("edgenlp.finetune.cli", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
+    "tokenize": ("edgenlp.run.tokenize_cli", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
     "demo": ("edgenlp.pipeline", "demo_cmd", "The main job: fine-tune, export, evaluate (default MiniLM + SST-2)."),
 }
 

@@ -208,10 +208,23 @@ def mapping_tables(mapping: dict[int, list[int]], *, skip=lambda cp: False):
     return runs, multis
 
 
+def wrap(items: list[str], width: int = 100) -> str:
+    """Join items with commas, breaking lines between items only."""
+    lines: list[str] = []
+    cur = ""
+    for item in items:
+        piece = item + ","
+        if cur and len(cur) + len(piece) > width:
+            lines.append(cur)
+            cur = ""
+        cur += piece
+    if cur:
+        lines.append(cur)
+    return "\n    ".join(lines)
+
+
 def emit_ranges(name: str, rs: list[tuple[int, int]]) -> str:
-    body = ",".join(f"{{0x{a:X},0x{b:X}}}" for a, b in rs)
-    lines = [body[k : k + 100] for k in range(0, len(body), 100)]
-    joined = "\n    ".join(lines)
+    joined = wrap([f"{{0x{a:X},0x{b:X}}}" for a, b in rs])
     return (
         f"const Range k{name}[] = {{\n    {joined}}};\n"
         f"const std::size_t k{name}Count = sizeof(k{name}) / sizeof(k{name}[0]);\n"
@@ -219,9 +232,7 @@ def emit_ranges(name: str, rs: list[tuple[int, int]]) -> str:
 
 
 def emit_mapping(name: str, runs, multis) -> str:
-    body = ",".join(f"{{0x{a:X},{n},{s},{d}}}" for a, n, s, d in runs)
-    lines = [body[k : k + 100] for k in range(0, len(body), 100)]
-    joined = "\n    ".join(lines)
+    joined = wrap([f"{{0x{a:X},{n},{s},{d}}}" for a, n, s, d in runs])
     pool: list[int] = []
     entries = []
     for cp, m in multis:
@@ -229,10 +240,8 @@ def emit_mapping(name: str, runs, multis) -> str:
         pool.extend(m)
     assert len(pool) < 1 << 16 and all(n < 1 << 8 for _, _, n in entries), "widen MapMulti"
     assert all(n < 1 << 16 for _, n, _, _ in runs), "widen MapRun"
-    pool_s = ",".join(f"0x{x:X}" for x in pool)
-    pool_lines = "\n    ".join(pool_s[k : k + 100] for k in range(0, len(pool_s), 100))
-    ent_s = ",".join(f"{{0x{a:X},{o},{n}}}" for a, o, n in entries)
-    ent_lines = "\n    ".join(ent_s[k : k + 100] for k in range(0, len(ent_s), 100))
+    pool_lines = wrap([f"0x{x:X}" for x in pool])
+    ent_lines = wrap([f"{{0x{a:X},{o},{n}}}" for a, o, n in entries])
     return (
         f"const MapRun k{name}Runs[] = {{\n    {joined}}};\n"
         f"const std::size_t k{name}RunCount = sizeof(k{name}Runs) / sizeof(k{name}Runs[0]);\n"

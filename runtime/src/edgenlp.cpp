@@ -1,0 +1,477 @@
+// The C API (include/edgenlp.h) on top of the ExecuTorch Module facade.
+#include "edgenlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <executorch/devtools/etdump/etdump_flatcc.h>
+#include <executorch/extension/module/module.h>
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+#include <executorch/runtime/executor/program.h>
+#include <executorch/runtime/platform/runtime.h>
+
+#include "bundle.h"
+#include "wordpiece.h"
+
+// The wheel ships libexecutorch_threadpool.so but not its header; these two
+// declarations match the exported symbols.
+namespace executorch::extension::threadpool {
+class ThreadPool {
+ public:
+  std::size_t get_thread_count() const;
+  bool _unsafe_reset_threadpool(std::uint32_t num_threads);
+};
+ThreadPool* get_threadpool();
+}  // namespace executorch::extension::threadpool
+
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::aten::TensorImpl;
+using executorch::extension::module::Module;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+
+std::once_flag g_init_once;
+// Guards the process-wide thread pool and the set of live handles.
+std::mutex g_mu;
+std::set<edgenlp_handle*> g_handles;
+
+// ExecuTorch logs to stderr; keep its info/debug chatter (cpuinfo probing)
+// out of applications unless EDGENLP_LOG=debug.
+void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, const char*, size_t line,
+              const char* message, size_t length) {
+  static const bool verbose = [] {
+    const char* v = std::getenv("EDGENLP_LOG");
+    return v != nullptr && std::strcmp(v, "debug") == 0;
+  }();
+  if (!verbose && (level == kInfo || level == kDebug)) return;
+  std::fprintf(stderr, "executorch %c %s:%zu] %.*s\n", static_cast<char>(level), filename, line,
+               static_cast<int>(length), message);
+}
+
+void ensure_runtime_init() {
+  std::call_once(g_init_once, [] {
+    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(&emit_log, __FILE__));
+    executorch::runtime::runtime_init();
+  });
+}
+
+std::string et_error(Error e) {
+  return "ExecuTorch error 0x" + [&] {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%x", static_cast<unsigned>(e));
+    return std::string(buf);
+  }();
+}
+
+}  // namespace
+
+struct edgenlp_handle {
+  std::string error;
+  edgenlp::BundleInfo info;
+  edgenlp::WordPiece tokenizer;
+  bool tokenizer_ready = false;
+  std::unique_ptr<Module> module;
+  bool etdump = false;
+  std::size_t classify_limit = 0;  // max tokens fed to the model
+  std::vector<std::int64_t> ids;
+  std::vector<std::int64_t> input_ids;
+  std::vector<std::int64_t> input_mask;
+
+  edgenlp_status fail(edgenlp_status status, std::string message) {
+    error = std::move(message);
+    return status;
+  }
+  edgenlp_status ok() {
+    error.clear();
+    return EDGENLP_OK;
+  }
+
+  // (Re)create the Module and load every method. Checks the method signatures
+  // against the bundle contract.
+  edgenlp_status load_module() {
+    module.reset();
+    std::unique_ptr<executorch::runtime::EventTracer> tracer;
+    if (etdump) tracer = std::make_unique<executorch::etdump::ETDumpGen>();
+    module = std::make_unique<Module>(info.pte_path, Module::LoadMode::Mmap, std::move(tracer));
+    const Error le = module->load(executorch::runtime::Program::Verification::InternalConsistency);
+    if (le != Error::Ok) {
+      module.reset();
+      return fail(EDGENLP_ERR_MODEL, info.pte_path + ": not a valid ExecuTorch program (" + et_error(le) + ")");
+    }
+    const std::size_t num_labels = info.labels.size();
+    for (const auto& m : info.methods) {
+      auto meta = module->method_meta(m.name);
+      if (!meta.ok()) {
+        module.reset();
+        return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": has no method '" + m.name + "' named in the manifest");
+      }
+      if (meta->num_inputs() != 2 || meta->num_outputs() < 1) {
+        module.reset();
+        return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": method '" + m.name +
+                                            "' must take (input_ids, attention_mask) and return logits");
+      }
+      for (std::size_t i = 0; i < 2; ++i) {
+        auto ti = meta->input_tensor_meta(i);
+        if (!ti.ok() || ti->scalar_type() != ScalarType::Long || ti->sizes().size() != 2 || ti->sizes()[0] != 1 ||
+            (!m.dynamic && static_cast<std::size_t>(ti->sizes()[1]) != m.seq_len)) {
+          module.reset();
+          return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": method '" + m.name + "' input " + std::to_string(i) +
+                                              " is not int64 [1, " + std::to_string(m.seq_len) + "]");
+        }
+      }
+      auto to = meta->output_tensor_meta(0);
+      if (!to.ok() || to->scalar_type() != ScalarType::Float) {
+        module.reset();
+        return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": method '" + m.name + "' output is not float32 logits");
+      }
+      std::size_t numel = 1;
+      for (auto s : to->sizes()) numel *= static_cast<std::size_t>(s);
+      if (numel != num_labels) {
+        module.reset();
+        return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": method '" + m.name + "' returns " +
+                                            std::to_string(numel) + " logits, manifest has " +
+                                            std::to_string(num_labels) + " labels");
+      }
+      const Error me = module->load_method(m.name);
+      if (me != Error::Ok) {
+        module.reset();
+        return fail(EDGENLP_ERR_MODEL, info.pte_path + ": cannot load method '" + m.name + "' (" + et_error(me) + ")");
+      }
+    }
+    return ok();
+  }
+
+  edgenlp_status open(const char* dir) {
+    std::string err;
+    switch (edgenlp::load_bundle(dir, &info, &err)) {
+      case edgenlp::BundleStatus::kOk:
+        break;
+      case edgenlp::BundleStatus::kIo:
+        return fail(EDGENLP_ERR_IO, err);
+      case edgenlp::BundleStatus::kInvalid:
+        return fail(EDGENLP_ERR_BUNDLE, err);
+      case edgenlp::BundleStatus::kChecksum:
+        return fail(EDGENLP_ERR_CHECKSUM, err);
+    }
+    if (!tokenizer.load(info.vocab_path, info.tokenizer, &err)) return fail(EDGENLP_ERR_BUNDLE, err);
+    tokenizer_ready = true;
+    classify_limit = info.max_seq_len;
+    if (!info.methods.empty()) classify_limit = std::min(classify_limit, info.methods.back().seq_len);
+    if (info.pte_path.empty()) return ok();
+    std::lock_guard<std::mutex> lock(g_mu);
+    return load_module();
+  }
+
+  edgenlp_status check_text(const char* text, std::size_t len) {
+    if (text == nullptr && len != 0) return fail(EDGENLP_ERR_INVALID_ARGUMENT, "text is NULL");
+    return EDGENLP_OK;
+  }
+
+  // Tokenize and run one text; logits receives num_labels floats.
+  edgenlp_status run_one(const char* text, std::size_t len, float* logits) {
+    if (!module) {
+      if (info.pte_path.empty())
+        return fail(EDGENLP_ERR_NO_MODEL, info.dir + ": bundle has no model.pte; it can only tokenize");
+      return fail(EDGENLP_ERR_MODEL, "the program failed to load: reopen the bundle");
+    }
+    if (check_text(text, len) != EDGENLP_OK) return EDGENLP_ERR_INVALID_ARGUMENT;
+    std::string err;
+    if (tokenizer.encode(std::string_view(text == nullptr ? "" : text, len), classify_limit, &ids, &err) !=
+        edgenlp::TokenizeResult::kOk)
+      return fail(EDGENLP_ERR_INVALID_UTF8, err);
+    const std::size_t n = ids.size();
+    const edgenlp::MethodInfo* method = nullptr;
+    for (const auto& m : info.methods) {
+      if (m.seq_len >= n) {
+        method = &m;
+        break;
+      }
+    }
+    if (method == nullptr) return fail(EDGENLP_ERR_INTERNAL, "no method fits " + std::to_string(n) + " tokens");
+    const std::size_t L = method->dynamic ? n : method->seq_len;
+    input_ids.assign(L, tokenizer.pad_id());
+    input_mask.assign(L, 0);
+    std::copy(ids.begin(), ids.end(), input_ids.begin());
+    std::fill(input_mask.begin(), input_mask.begin() + static_cast<std::ptrdiff_t>(n), 1);
+    TensorImpl::SizesType sizes[2] = {1, static_cast<TensorImpl::SizesType>(L)};
+    TensorImpl::DimOrderType dim_order[2] = {0, 1};
+    TensorImpl::StridesType strides[2] = {static_cast<TensorImpl::StridesType>(L), 1};
+    TensorImpl ids_impl(ScalarType::Long, 2, sizes, input_ids.data(), dim_order, strides);
+    TensorImpl mask_impl(ScalarType::Long, 2, sizes, input_mask.data(), dim_order, strides);
+    std::vector<EValue> inputs;
+    inputs.emplace_back(Tensor(&ids_impl));
+    inputs.emplace_back(Tensor(&mask_impl));
+    auto result = module->execute(method->name, inputs);
+    if (!result.ok())
+      return fail(EDGENLP_ERR_MODEL, "method '" + method->name + "' failed (" + et_error(result.error()) + ")");
+    if (result->empty() || !(*result)[0].isTensor())
+      return fail(EDGENLP_ERR_MODEL, "method '" + method->name + "' returned no tensor");
+    const Tensor out = (*result)[0].toTensor();
+    const std::size_t num_labels = info.labels.size();
+    if (out.scalar_type() != ScalarType::Float || static_cast<std::size_t>(out.numel()) != num_labels)
+      return fail(EDGENLP_ERR_MODEL, "method '" + method->name + "' returned an unexpected output");
+    const float* data = out.const_data_ptr<float>();
+    std::copy(data, data + num_labels, logits);
+    return EDGENLP_OK;
+  }
+};
+
+namespace {
+
+void softmax(const float* logits, float* probs, std::size_t n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (std::size_t i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i] - mx));
+  for (std::size_t i = 0; i < n; ++i) probs[i] = static_cast<float>(std::exp(static_cast<double>(logits[i] - mx)) / sum);
+}
+
+std::int32_t argmax(const float* v, std::size_t n) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return static_cast<std::int32_t>(best);
+}
+
+// Run f and turn any escaping C++ exception into a status.
+template <typename F>
+edgenlp_status guarded(edgenlp_handle* h, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    if (h != nullptr) h->error = "out of memory";
+    return EDGENLP_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    if (h != nullptr) {
+      try {
+        h->error = std::string("internal error: ") + e.what();
+      } catch (...) {
+      }
+    }
+    return EDGENLP_ERR_INTERNAL;
+  } catch (...) {
+    if (h != nullptr) h->error.clear();
+    return EDGENLP_ERR_INTERNAL;
+  }
+}
+
+edgenlp_status batch(edgenlp_handle* h, const char* const* texts, const size_t* lens, size_t n, float* out,
+                     size_t capacity, int32_t* labels, bool probabilities) {
+  if (texts == nullptr && n != 0) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "texts is NULL");
+  if (lens == nullptr && n != 0) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "text_lens is NULL");
+  const std::size_t k = h->info.labels.size();
+  if (out == nullptr && n != 0) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "output array is NULL");
+  if (k != 0 && n > capacity / k)
+    return h->fail(EDGENLP_ERR_BUFFER_TOO_SMALL, "output needs " + std::to_string(n) + " x " + std::to_string(k) +
+                                                     " floats, capacity is " + std::to_string(capacity));
+  std::vector<float> logits(k);
+  for (std::size_t i = 0; i < n; ++i) {
+    const edgenlp_status st = h->run_one(texts[i], lens[i], logits.data());
+    if (st != EDGENLP_OK) {
+      h->error = "text " + std::to_string(i) + ": " + h->error;
+      return st;
+    }
+    float* row = out + i * k;
+    if (probabilities) {
+      softmax(logits.data(), row, k);
+    } else {
+      std::copy(logits.begin(), logits.end(), row);
+    }
+    if (labels != nullptr) labels[i] = argmax(logits.data(), k);
+  }
+  return h->ok();
+}
+
+}  // namespace
+
+extern "C" {
+
+EDGENLP_API int edgenlp_version(void) { return EDGENLP_VERSION; }
+
+EDGENLP_API const char* edgenlp_status_string(edgenlp_status status) {
+  switch (status) {
+    case EDGENLP_OK: return "ok";
+    case EDGENLP_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case EDGENLP_ERR_IO: return "i/o error";
+    case EDGENLP_ERR_BUNDLE: return "invalid bundle";
+    case EDGENLP_ERR_CHECKSUM: return "checksum mismatch";
+    case EDGENLP_ERR_INVALID_UTF8: return "invalid utf-8";
+    case EDGENLP_ERR_MODEL: return "model error";
+    case EDGENLP_ERR_BUFFER_TOO_SMALL: return "buffer too small";
+    case EDGENLP_ERR_NO_MODEL: return "bundle has no model";
+    case EDGENLP_ERR_OUT_OF_MEMORY: return "out of memory";
+    case EDGENLP_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle** out) {
+  if (out == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  *out = nullptr;
+  edgenlp_handle* h = new (std::nothrow) edgenlp_handle();
+  if (h == nullptr) return EDGENLP_ERR_OUT_OF_MEMORY;
+  *out = h;
+  return guarded(h, [&]() -> edgenlp_status {
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      g_handles.insert(h);
+    }
+    if (bundle_dir == nullptr) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "bundle_dir is NULL");
+    ensure_runtime_init();
+    return h->open(bundle_dir);
+  });
+}
+
+EDGENLP_API void edgenlp_close(edgenlp_handle* handle) {
+  if (handle == nullptr) return;
+  try {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_handles.erase(handle);
+    handle->module.reset();
+  } catch (...) {
+  }
+  delete handle;
+}
+
+EDGENLP_API const char* edgenlp_last_error(const edgenlp_handle* handle) {
+  if (handle == nullptr) return "handle is NULL (edgenlp_open ran out of memory or was given out=NULL)";
+  return handle->error.c_str();
+}
+
+EDGENLP_API edgenlp_status edgenlp_set_threads(edgenlp_handle* handle, int32_t threads) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (threads < 1 || threads > 1024)
+      return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "threads must be in 1..1024, got " + std::to_string(threads));
+    std::lock_guard<std::mutex> lock(g_mu);
+    auto* pool = executorch::extension::threadpool::get_threadpool();
+    if (pool == nullptr) return handle->fail(EDGENLP_ERR_INTERNAL, "ExecuTorch thread pool unavailable");
+    if (pool->get_thread_count() == static_cast<std::size_t>(threads)) return handle->ok();
+    // Delegates keep a pointer to the pool: unload every program before the
+    // reset and load them again afterwards.
+    std::vector<edgenlp_handle*> reload;
+    for (edgenlp_handle* h : g_handles) {
+      if (h->module) {
+        h->module.reset();
+        reload.push_back(h);
+      }
+    }
+    const bool reset_ok = pool->_unsafe_reset_threadpool(static_cast<std::uint32_t>(threads));
+    edgenlp_status mine = EDGENLP_OK;
+    for (edgenlp_handle* h : reload) {
+      const edgenlp_status st = h->load_module();
+      if (h == handle) mine = st;
+    }
+    if (!reset_ok) return handle->fail(EDGENLP_ERR_INTERNAL, "ExecuTorch refused to resize its thread pool");
+    return mine == EDGENLP_OK ? handle->ok() : mine;
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_num_labels(const edgenlp_handle* handle, size_t* out) {
+  if (handle == nullptr || out == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  *out = handle->info.labels.size();
+  return EDGENLP_OK;
+}
+
+EDGENLP_API const char* edgenlp_label_name(const edgenlp_handle* handle, size_t index) {
+  if (handle == nullptr || index >= handle->info.labels.size()) return nullptr;
+  return handle->info.labels[index].c_str();
+}
+
+EDGENLP_API edgenlp_status edgenlp_max_seq_len(const edgenlp_handle* handle, size_t* out) {
+  if (handle == nullptr || out == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  *out = handle->info.max_seq_len;
+  return EDGENLP_OK;
+}
+
+EDGENLP_API edgenlp_status edgenlp_tokenize(edgenlp_handle* handle, const char* text, size_t text_len, int64_t* ids,
+                                            int64_t* mask, size_t capacity, size_t* n_tokens) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (!handle->tokenizer_ready) return handle->fail(EDGENLP_ERR_BUNDLE, "bundle is not open: " + handle->error);
+    if (n_tokens == nullptr) return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "n_tokens is NULL");
+    if (handle->check_text(text, text_len) != EDGENLP_OK) return EDGENLP_ERR_INVALID_ARGUMENT;
+    std::string err;
+    if (handle->tokenizer.encode(std::string_view(text == nullptr ? "" : text, text_len), handle->info.max_seq_len,
+                                 &handle->ids, &err) != edgenlp::TokenizeResult::kOk)
+      return handle->fail(EDGENLP_ERR_INVALID_UTF8, err);
+    *n_tokens = handle->ids.size();
+    if (capacity < handle->ids.size())
+      return handle->fail(EDGENLP_ERR_BUFFER_TOO_SMALL, "need room for " + std::to_string(handle->ids.size()) +
+                                                            " tokens, capacity is " + std::to_string(capacity));
+    if (ids == nullptr) return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "ids is NULL");
+    std::copy(handle->ids.begin(), handle->ids.end(), ids);
+    if (mask != nullptr) std::fill(mask, mask + handle->ids.size(), 1);
+    return handle->ok();
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_classify(edgenlp_handle* handle, const char* text, size_t text_len, float* probs,
+                                            size_t capacity, int32_t* label) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    const char* texts[1] = {text};
+    const size_t lens[1] = {text_len};
+    edgenlp_status st = batch(handle, texts, lens, 1, probs, capacity, label, true);
+    if (st != EDGENLP_OK && handle->error.rfind("text 0: ", 0) == 0) handle->error.erase(0, 8);
+    return st;
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_classify_batch(edgenlp_handle* handle, const char* const* texts,
+                                                  const size_t* text_lens, size_t n, float* probs, size_t capacity,
+                                                  int32_t* labels) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() { return batch(handle, texts, text_lens, n, probs, capacity, labels, true); });
+}
+
+EDGENLP_API edgenlp_status edgenlp_logits_batch(edgenlp_handle* handle, const char* const* texts,
+                                                const size_t* text_lens, size_t n, float* logits, size_t capacity) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() { return batch(handle, texts, text_lens, n, logits, capacity, nullptr, false); });
+}
+
+EDGENLP_API edgenlp_status edgenlp_enable_etdump(edgenlp_handle* handle) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (handle->info.pte_path.empty())
+      return handle->fail(EDGENLP_ERR_NO_MODEL, handle->info.dir + ": bundle has no model.pte to profile");
+    if (handle->etdump && handle->module) return handle->ok();
+    handle->etdump = true;
+    std::lock_guard<std::mutex> lock(g_mu);
+    return handle->load_module();
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_write_etdump(edgenlp_handle* handle, const char* path) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (path == nullptr) return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "path is NULL");
+    if (!handle->etdump || !handle->module)
+      return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "call edgenlp_enable_etdump() before classifying");
+    auto* gen = static_cast<executorch::etdump::ETDumpGen*>(handle->module->event_tracer());
+    if (gen == nullptr) return handle->fail(EDGENLP_ERR_INTERNAL, "no event tracer attached");
+    executorch::etdump::ETDumpResult r = gen->get_etdump_data();
+    if (r.buf == nullptr || r.size == 0) return handle->fail(EDGENLP_ERR_INVALID_ARGUMENT, "nothing recorded yet");
+    std::unique_ptr<void, void (*)(void*)> owned(r.buf, &std::free);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path, "wb"), &std::fclose);
+    if (!f) return handle->fail(EDGENLP_ERR_IO, std::string("cannot write ") + path);
+    if (std::fwrite(r.buf, 1, r.size, f.get()) != r.size) return handle->fail(EDGENLP_ERR_IO, std::string("short write to ") + path);
+    return handle->ok();
+  });
+}
+
+}  // extern "C"

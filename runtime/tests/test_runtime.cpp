@@ -1,0 +1,178 @@
+// Unit tests of the native runtime internals and C API. No framework: each
+// CHECK prints the failing expression; the exit status is the failure count.
+//
+//   edgenlp_tests [BUNDLE_DIR]     BUNDLE_DIR enables the model tests
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "edgenlp.h"
+#include "json.h"
+#include "sha256.h"
+#include "unicode.h"
+#include "utf8.h"
+#include "wordpiece.h"
+
+namespace {
+
+int g_failures = 0;
+int g_checks = 0;
+
+#define CHECK(cond)                                                           \
+  do {                                                                        \
+    ++g_checks;                                                               \
+    if (!(cond)) {                                                            \
+      ++g_failures;                                                           \
+      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                         \
+  } while (0)
+
+void test_sha256() {
+  edgenlp::Sha256 a;
+  CHECK(a.hex_digest() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  edgenlp::Sha256 b;
+  b.update("abc", 3);
+  CHECK(b.hex_digest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // 1,000,000 x 'a' fed in uneven pieces crosses every block boundary case.
+  edgenlp::Sha256 c;
+  std::string chunk(997, 'a');
+  std::size_t left = 1000000;
+  while (left > 0) {
+    const std::size_t n = std::min(left, chunk.size());
+    c.update(chunk.data(), n);
+    left -= n;
+  }
+  CHECK(c.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+void test_json() {
+  edgenlp::json::Value v;
+  std::string err;
+  CHECK(edgenlp::json::parse(R"({"a": [1, 2.5e1, -3], "b": {"c": "x\u00e9\ud83d\ude00"}, "d": null, "e": true})", &v, &err));
+  CHECK(v.get("a")->as_array().size() == 3);
+  CHECK(v.get("a")->as_array()[1].as_number() == 25.0);
+  CHECK(v.get("b")->get("c")->as_string() == "x\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK(v.get("d")->is_null());
+  CHECK(v.get("e")->as_bool());
+  const char* bad[] = {"", "{", "[1,]", "{\"a\" 1}", "01", "\"\\ud800\"", "[1] x", "\"a\nb\"", "nul", "-", "1.", "{\"a\":}"};
+  for (const char* b : bad) CHECK(!edgenlp::json::parse(b, &v, &err));
+  std::string deep(100000, '[');
+  CHECK(!edgenlp::json::parse(deep, &v, &err));  // depth limit, no stack overflow
+}
+
+void test_utf8() {
+  std::vector<char32_t> cps;
+  std::size_t bad = 0;
+  CHECK(edgenlp::utf8::decode("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 10, &cps, &bad));
+  CHECK(cps.size() == 4 && cps[3] == 0x1F600);
+  const char* invalid[] = {"\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xff", "\xc3", "\x80"};
+  for (const char* s : invalid) CHECK(!edgenlp::utf8::decode(s, std::strlen(s), &cps, &bad));
+}
+
+void test_unicode() {
+  char32_t out[4];
+  CHECK(edgenlp::unicode::nfd(0xE9, out) == 2 && out[0] == 'e' && out[1] == 0x301);
+  CHECK(edgenlp::unicode::nfd(0xAC01, out) == 3);  // Hangul syllable with final consonant
+  CHECK(edgenlp::unicode::lower(0x130, out) == 2 && out[0] == 'i' && out[1] == 0x307);
+  CHECK(edgenlp::unicode::lower(0x391, out) == 1 && out[0] == 0x3B1);
+  CHECK(edgenlp::unicode::is_mark(0x301));
+  CHECK(edgenlp::unicode::is_punct(0x3002) && edgenlp::unicode::is_punct('!'));
+  CHECK(edgenlp::unicode::is_space(0x3000) && !edgenlp::unicode::is_space(0x200B));
+  CHECK(edgenlp::unicode::is_drop(0x200B) && edgenlp::unicode::is_drop(0) && !edgenlp::unicode::is_drop('\t'));
+  CHECK(edgenlp::unicode::is_cjk(0x4E2D) && !edgenlp::unicode::is_cjk(0x3042));
+}
+
+void test_wordpiece() {
+  const std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\nun\n##aff\n##able\nhello\n,\nworld\n!\n\xe4\xb8\xad\ncafe\n";
+  edgenlp::WordPiece wp;
+  std::string err;
+  CHECK(wp.load_from_string(vocab, edgenlp::WordPieceConfig{}, &err));
+  std::vector<std::int64_t> ids;
+  CHECK(wp.encode("UNaffable Hello,WORLD! Caf\xc3\xa9 \xe4\xb8\xad", 64, &ids, &err) == edgenlp::TokenizeResult::kOk);
+  const std::vector<std::int64_t> want = {2, 4, 5, 6, 7, 8, 9, 10, 12, 11, 3};
+  CHECK(ids == want);
+  CHECK(wp.encode("", 64, &ids, &err) == edgenlp::TokenizeResult::kOk);
+  CHECK((ids == std::vector<std::int64_t>{2, 3}));
+  CHECK(wp.encode("hello hello hello hello", 4, &ids, &err) == edgenlp::TokenizeResult::kOk);
+  CHECK((ids == std::vector<std::int64_t>{2, 7, 7, 3}));
+  CHECK(wp.encode("zzz", 8, &ids, &err) == edgenlp::TokenizeResult::kOk);
+  CHECK((ids == std::vector<std::int64_t>{2, 1, 3}));
+  CHECK(wp.encode("bad \xff", 8, &ids, &err) == edgenlp::TokenizeResult::kInvalidUtf8);
+  CHECK(!wp.load_from_string("a\nb\n", edgenlp::WordPieceConfig{}, &err));  // no special tokens
+  std::string big(100000, 'x');
+  CHECK(wp.encode(big, 128, &ids, &err) == edgenlp::TokenizeResult::kOk && ids.size() == 3);
+}
+
+void test_c_api_errors() {
+  edgenlp_handle* h = nullptr;
+  CHECK(edgenlp_open("/nonexistent/bundle", &h) == EDGENLP_ERR_IO);
+  CHECK(h != nullptr && std::strlen(edgenlp_last_error(h)) > 0);
+  int64_t ids[4];
+  std::size_t n = 0;
+  CHECK(edgenlp_tokenize(h, "x", 1, ids, nullptr, 4, &n) != EDGENLP_OK);
+  float probs[2];
+  CHECK(edgenlp_classify(h, "x", 1, probs, 2, nullptr) != EDGENLP_OK);
+  edgenlp_close(h);
+  CHECK(edgenlp_open(nullptr, nullptr) == EDGENLP_ERR_INVALID_ARGUMENT);
+  CHECK(edgenlp_open(nullptr, &h) == EDGENLP_ERR_INVALID_ARGUMENT);
+  edgenlp_close(h);
+  edgenlp_close(nullptr);
+  CHECK(edgenlp_version() == EDGENLP_VERSION);
+  CHECK(std::strcmp(edgenlp_status_string(EDGENLP_ERR_CHECKSUM), "checksum mismatch") == 0);
+}
+
+void test_bundle(const char* dir) {
+  edgenlp_handle* h = nullptr;
+  const edgenlp_status st = edgenlp_open(dir, &h);
+  CHECK(st == EDGENLP_OK);
+  if (st != EDGENLP_OK) {
+    std::fprintf(stderr, "open %s: %s\n", dir, edgenlp_last_error(h));
+    edgenlp_close(h);
+    return;
+  }
+  std::size_t k = 0;
+  CHECK(edgenlp_num_labels(h, &k) == EDGENLP_OK && k >= 2);
+  std::vector<float> probs(k);
+  int32_t label = -1;
+  const char* text = "a gripping, funny film";
+  CHECK(edgenlp_classify(h, text, std::strlen(text), probs.data(), k, &label) == EDGENLP_OK);
+  float sum = 0;
+  for (float p : probs) sum += p;
+  CHECK(sum > 0.999f && sum < 1.001f);
+  CHECK(label >= 0 && static_cast<std::size_t>(label) < k);
+  CHECK(edgenlp_label_name(h, static_cast<std::size_t>(label)) != nullptr);
+  CHECK(edgenlp_label_name(h, k) == nullptr);
+  CHECK(edgenlp_classify(h, text, std::strlen(text), probs.data(), k - 1, &label) == EDGENLP_ERR_BUFFER_TOO_SMALL);
+  CHECK(edgenlp_classify(h, "\xc3(", 2, probs.data(), k, &label) == EDGENLP_ERR_INVALID_UTF8);
+  CHECK(edgenlp_classify(h, "", 0, probs.data(), k, &label) == EDGENLP_OK);
+  std::string big(100000, 'w');
+  for (std::size_t i = 0; i < big.size(); i += 6) big[i] = ' ';
+  CHECK(edgenlp_classify(h, big.data(), big.size(), probs.data(), k, &label) == EDGENLP_OK);
+  // batch equals one by one
+  const char* texts[3] = {"good", "bad movie", "an utterly forgettable, tedious mess"};
+  const std::size_t lens[3] = {4, 9, std::strlen(texts[2])};
+  std::vector<float> batch(3 * k), one(k);
+  CHECK(edgenlp_logits_batch(h, texts, lens, 3, batch.data(), batch.size()) == EDGENLP_OK);
+  CHECK(edgenlp_set_threads(h, 2) == EDGENLP_OK);
+  CHECK(edgenlp_set_threads(h, 0) == EDGENLP_ERR_INVALID_ARGUMENT);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(edgenlp_logits_batch(h, &texts[i], &lens[i], 1, one.data(), k) == EDGENLP_OK);
+    for (std::size_t j = 0; j < k; ++j) CHECK(std::abs(one[j] - batch[i * k + j]) < 1e-4f);
+  }
+  edgenlp_close(h);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  test_sha256();
+  test_json();
+  test_utf8();
+  test_unicode();
+  test_wordpiece();
+  test_c_api_errors();
+  if (argc > 1) test_bundle(argv[1]);
+  std::printf("%d checks, %d failures\n", g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

@@ -78,6 +78,13 @@ def main(verbose: int) -> None:
     """
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(level=max(level, logging.DEBUG), format="%(levelname)s %(name)s: %(message)s")
+    if verbose < 2:  # third-party import chatter (torchao optional kernels, torch pytree notices)
+        for name in ("torchao", "torch", "transformers", "executorch", "onnxscript", "onnx_ir"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        import warnings
+
+        warnings.filterwarnings("ignore")
+        os.environ.setdefault("TORCH_LOGS", "-all")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -67,6 +67,32 @@ def atomic_write_json(path: str | Path, obj) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+@contextlib.contextmanager
+def quiet_stderr(*, enabled: bool = True) -> Iterator[None]:
+    """Silence file descriptor 2 (native libraries' log lines) inside the block.
+
+    Python exceptions raised inside still propagate normally; only output
+    written to stderr meanwhile is dropped. Disabled when logging is at DEBUG.
+    """
+    import logging
+    import sys
+
+    if not enabled or logging.getLogger().isEnabledFor(logging.DEBUG):
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process, in MiB."""
     import resource

@@ -241,7 +241,8 @@ def load_model(
     if missing:
         log.info("%s: initialised %s from seed %d", model_dir, ", ".join(missing), seed)
     settings, vocab = _tokenizer_settings(model_dir)
-    info = ModelInfo(name, str(model_dir), shape, True, str(vocab), settings)
+    applied = tuple(cfg.get("edgenlp", {}).get("applied", ()))
+    info = ModelInfo(name, str(model_dir.resolve()), shape, True, str(vocab), settings, applied)
     return model.eval(), info
 
 

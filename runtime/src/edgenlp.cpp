@@ -63,7 +63,12 @@ void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, co
 
 void ensure_runtime_init() {
   std::call_once(g_init_once, [] {
-    executorch::runtime::register_pal(executorch::runtime::PalImpl::create(&emit_log, __FILE__));
+    // Leave a PAL that the host process registered (e.g. the ExecuTorch
+    // Python bindings loaded beside this library) in place.
+    const executorch::runtime::PalImpl* current = executorch::runtime::get_pal_impl();
+    if (current == nullptr || current->emit_log_message == nullptr ||
+        current->emit_log_message == &et_pal_emit_log_message)
+      executorch::runtime::register_pal(executorch::runtime::PalImpl::create(&emit_log, __FILE__));
     executorch::runtime::runtime_init();
   });
 }

@@ -1,0 +1,196 @@
+"""``export``: model -> bundle, with parity checked against eager PyTorch.
+
+>>> from edgenlp.export.api import ExportConfig, export_bundle          # doctest: +SKIP
+>>> bundle = export_bundle(model, info, "out/minilm-sst2", task=data,
+...                        config=ExportConfig(formats=("pte", "onnx"), max_seq_len=128))
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edgenlp import __version__
+from edgenlp.errors import ParityError
+from edgenlp.export.bundle import FORMAT, FORMAT_VERSION, Bundle, finalize_manifest
+from edgenlp.utils import atomic_dir, environment
+
+log = logging.getLogger(__name__)
+
+FORMATS = ("pte", "onnx")
+QUANTIZE_SCHEMES = ("none",)  # int8 / int4 schemes plug in here (edgenlp.quantize)
+
+# Used for the parity check when no task data is given.
+FALLBACK_SENTENCES = (
+    "a gripping , funny and moving film .",
+    "the plot is thin and the acting is worse .",
+    "I lost my card yesterday, can you freeze it?",
+    "ok",
+    "what is the exchange rate for euros to dollars today and is there a fee for converting money in the app",
+)
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """How to lower a model. One config drives the API, the CLI and the manifest."""
+
+    formats: tuple[str, ...] = FORMATS
+    max_seq_len: int = 128
+    buckets: tuple[int, ...] | None = None  # ExecuTorch sequence buckets; default powers of two up to max
+    parity_tolerance: float = 1e-4  # max |logit difference| vs eager PyTorch (fp32)
+    parity_samples: int = 32
+    quantize: str = "none"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "formats", tuple(self.formats))
+        if not self.formats or any(f not in FORMATS for f in self.formats):
+            raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {self.formats}")
+        if not 2 <= self.max_seq_len <= 4096:
+            raise ValueError(f"max_seq_len must be in [2, 4096], got {self.max_seq_len}")
+        if self.buckets is not None:
+            b = tuple(sorted(set(int(x) for x in self.buckets)))
+            if not b or b[0] < 2 or b[-1] != self.max_seq_len:
+                raise ValueError(f"buckets must be >= 2 and end at max_seq_len={self.max_seq_len}, got {self.buckets}")
+            object.__setattr__(self, "buckets", b)
+        if self.parity_tolerance <= 0:
+            raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
+        if self.parity_samples < 1:
+            raise ValueError(f"parity_samples must be >= 1, got {self.parity_samples}")
+        if self.quantize not in QUANTIZE_SCHEMES:
+            raise ValueError(f"quantize must be one of {QUANTIZE_SCHEMES}, got {self.quantize!r}")
+
+    @property
+    def resolved_buckets(self) -> tuple[int, ...]:
+        from edgenlp.export.executorch import default_buckets
+
+        return self.buckets or default_buckets(self.max_seq_len)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["formats"] = list(self.formats)
+        d["buckets"] = list(self.resolved_buckets)
+        return {"type": "ExportConfig", "version": 1, **d}
+
+
+def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int) -> np.ndarray:
+    """Logits of each text run alone (no padding) through eager PyTorch."""
+    import torch
+
+    from edgenlp.models.tokenizer import token_ids
+
+    out = []
+    with torch.no_grad():
+        for ids in token_ids(tokenizer, texts, max_len=max_len):
+            x = torch.tensor([ids], dtype=torch.int64)
+            out.append(model(x, torch.ones_like(x)).numpy()[0])
+    return np.stack(out)
+
+
+def _parity(runner, ref: np.ndarray, texts: Sequence[str], tol: float) -> dict:
+    got = runner.predict_logits(texts)
+    diff = float(np.abs(got - ref).max())
+    agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
+    return {"max_abs_diff": diff, "tolerance": tol, "samples": len(texts), "argmax_agreement": agree, "passed": diff <= tol}
+
+
+def export_bundle(
+    model,
+    info,
+    out_dir: str | Path,
+    *,
+    config: ExportConfig = ExportConfig(),
+    task=None,
+    sample_texts: Sequence[str] | None = None,
+    applied: Sequence[dict] = (),
+) -> Bundle:
+    """Lower ``model`` to the configured formats and write a verified bundle at ``out_dir``.
+
+    The bundle is assembled in a temporary directory, checked for parity against
+    eager PyTorch on real sentences (dev split of ``task`` when given), and
+    renamed into place only when every format passes. Raises
+    :class:`ParityError` when a format exceeds ``config.parity_tolerance``.
+    """
+    from edgenlp.models.tokenizer import build_tokenizer
+
+    model = model.eval()
+    if model.shape.max_positions < config.max_seq_len:
+        raise ValueError(f"max_seq_len {config.max_seq_len} exceeds the model's {model.shape.max_positions} positions")
+    texts = list(sample_texts or (task.dev.texts[: config.parity_samples] if task else FALLBACK_SENTENCES))
+    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
+    seconds: dict[str, float] = {}
+    artifacts: dict[str, dict] = {}
+    out_dir = Path(out_dir)
+    with atomic_dir(out_dir) as tmp:
+        if "pte" in config.formats:
+            from edgenlp.export.executorch import to_pte
+
+            log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
+            res = to_pte(model, buckets=config.resolved_buckets)
+            (tmp / "model.pte").write_bytes(res.buffer)
+            artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
+            seconds["pte"] = res.seconds
+        if "onnx" in config.formats:
+            from edgenlp.export.onnx import to_onnx
+
+            log.info("exporting to ONNX")
+            res = to_onnx(model, max_seq_len=config.max_seq_len)
+            (tmp / "model.onnx").write_bytes(res.data)
+            artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
+            seconds["onnx"] = res.seconds
+        (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
+        import json
+
+        (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")
+        tok_settings = {**info.tokenizer, "vocab": "vocab.txt", "type": "wordpiece"}
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "edgenlp_version": __version__,
+            "model": {**info.to_dict(), "params": sum(p.numel() for p in model.parameters())},
+            "task": task.to_dict() if task is not None else None,
+            "labels": list(model.labels),
+            "tokenizer": tok_settings,
+            "max_seq_len": config.max_seq_len,
+            # Per call: ExecuTorch methods take batch 1; ONNX also takes any batch (artifacts.onnx.dynamic_axes).
+            "inputs": [
+                {"name": "input_ids", "dtype": "int64", "shape": [1, "seq"]},
+                {"name": "attention_mask", "dtype": "int64", "shape": [1, "seq"]},
+            ],
+            "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, model.num_labels]}],
+            "artifacts": artifacts,
+            "applied": [*info.applied, *applied, {"step": "export", **config.to_dict()}],
+            "parity": {},
+            "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
+        }
+        finalize_manifest(tmp, manifest)
+
+        # Parity through the real runtimes, on the bundle as written.
+        ref = _eager_reference(model, tokenizer, texts, config.max_seq_len)
+        bundle = Bundle.open(tmp)
+        from edgenlp.run.base import get_runner
+
+        failures = []
+        for fmt, runtime in (("pte", "executorch"), ("onnx", "onnx")):
+            if fmt not in config.formats:
+                continue
+            t0 = time.perf_counter()
+            with get_runner(tmp, runtime=runtime) as runner:
+                p = _parity(runner, ref, texts, config.parity_tolerance)
+            p["seconds"] = round(time.perf_counter() - t0, 3)
+            manifest["parity"][runtime] = p
+            log.info("parity %s: max |diff| %.2e over %d sentences", runtime, p["max_abs_diff"], p["samples"])
+            if not p["passed"]:
+                failures.append(f"{runtime} max |logit diff| {p['max_abs_diff']:.2e} > {config.parity_tolerance:.0e}")
+        del bundle
+        if failures:
+            raise ParityError(f"export parity failed ({'; '.join(failures)}); nothing written to {out_dir}")
+        finalize_manifest(tmp, manifest)
+    return Bundle.open(out_dir)
+

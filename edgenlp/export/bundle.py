@@ -1,0 +1,162 @@
+"""Bundles: a directory that carries a lowered model with everything needed to run it.
+
+Layout::
+
+    BUNDLE/
+      manifest.json   what this is, how to feed it, what was applied and measured
+      model.pte       ExecuTorch program, one method per sequence-length bucket (optional)
+      model.onnx      ONNX model with dynamic batch/sequence axes (optional)
+      vocab.txt       WordPiece vocabulary
+      labels.json     label strings, index = logit position
+
+Manifest keys (``format_version`` 1)::
+
+    format, format_version, created, edgenlp_version
+    model       {name, source, family, pretrained, shape{...}, params}
+    task        {name, num_labels, train_file, dev_file, ...}
+    labels      [str, ...]
+    tokenizer   {type: "wordpiece", vocab: "vocab.txt", do_lower_case, strip_accents,
+                 tokenize_chinese_chars, cls_token, sep_token, pad_token, unk_token,
+                 max_input_chars_per_word}
+    max_seq_len int
+    inputs      [{name, dtype, shape}]   ("seq" is the variable dimension)
+    outputs     [{name, dtype, shape}]
+    artifacts   {"pte": {file, methods[{name, seq_len, delegate_calls, ...}], backend, ...},
+                 "onnx": {file, opset, dynamic_axes, op_counts, ...}}
+    files       {filename: sha256}   every file but manifest.json
+    sizes       {filename: bytes}
+    applied     [{step, ...config}]   the recipe: fine-tuning, pruning, quantization, export
+    parity      {runtime: {max_abs_diff, tolerance, samples, argmax_agreement}}
+    export      {config{...}, seconds{...}, environment{...}}
+
+:meth:`Bundle.open` verifies the manifest, the presence of every listed file
+and its sha256, and raises :class:`BundleError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from edgenlp.errors import BundleError
+from edgenlp.utils import sha256_file
+
+FORMAT = "edgenlp-bundle"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class PteMethod:
+    name: str
+    seq_len: int
+    dynamic: bool = False
+
+
+@dataclass
+class Bundle:
+    """A verified bundle directory. Open with :meth:`Bundle.open`."""
+
+    path: Path
+    manifest: dict
+
+    @classmethod
+    def open(cls, path: str | Path, *, verify: bool = True) -> "Bundle":
+        path = Path(path)
+        if not path.is_dir():
+            raise BundleError(f"{path}: bundle directory not found")
+        mpath = path / MANIFEST
+        if not mpath.is_file():
+            raise BundleError(f"{path}: not a bundle (no {MANIFEST})")
+        try:
+            manifest = json.loads(mpath.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"{mpath}: invalid JSON ({exc})") from exc
+        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            raise BundleError(f"{mpath}: not an {FORMAT} manifest")
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise BundleError(f"{mpath}: format_version {manifest.get('format_version')} is not supported (expected {FORMAT_VERSION})")
+        for key in ("labels", "tokenizer", "max_seq_len", "files", "artifacts"):
+            if key not in manifest:
+                raise BundleError(f"{mpath}: missing key {key!r}")
+        bundle = cls(path, manifest)
+        if verify:
+            bundle.verify()
+        return bundle
+
+    def verify(self) -> None:
+        """Check that every listed file exists and matches its sha256."""
+        for name, digest in self.manifest["files"].items():
+            f = self.path / name
+            if not f.is_file():
+                raise BundleError(f"{self.path}: missing file {name} listed in the manifest")
+            actual = sha256_file(f)
+            if actual != digest:
+                raise BundleError(f"{f}: sha256 mismatch (manifest {digest[:12]}…, file {actual[:12]}…): corrupted or modified")
+        vocab = self.manifest["tokenizer"].get("vocab", "vocab.txt")
+        if not (self.path / vocab).is_file():
+            raise BundleError(f"{self.path}: missing vocabulary {vocab}")
+
+    # ---------------------------------------------------------------- accessors
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(self.manifest["labels"])
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.manifest["max_seq_len"])
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        return tuple(self.manifest["artifacts"])
+
+    def artifact(self, fmt: str) -> Path:
+        if fmt not in self.manifest["artifacts"]:
+            have = ", ".join(self.formats) or "none"
+            raise BundleError(f"{self.path}: bundle has no {fmt} artifact (has: {have}); re-export with --format {fmt} or both")
+        return self.path / self.manifest["artifacts"][fmt]["file"]
+
+    @property
+    def pte_methods(self) -> list[PteMethod]:
+        entry = self.manifest["artifacts"].get("pte", {})
+        return sorted(
+            (PteMethod(m["name"], int(m["seq_len"]), bool(m.get("dynamic", False))) for m in entry.get("methods", [])),
+            key=lambda m: m.seq_len,
+        )
+
+    @property
+    def vocab_file(self) -> Path:
+        return self.path / self.manifest["tokenizer"].get("vocab", "vocab.txt")
+
+    @cached_property
+    def tokenizer(self):
+        from edgenlp.models.tokenizer import build_tokenizer
+
+        try:
+            return build_tokenizer(self.vocab_file, self.manifest["tokenizer"])
+        except Exception as exc:
+            raise BundleError(f"{self.vocab_file}: cannot build the tokenizer ({exc})") from exc
+
+    def label_index(self, label: str, *, source: str = "") -> int:
+        try:
+            return self.labels.index(label)
+        except ValueError:
+            where = f"{source}: " if source else ""
+            raise BundleError(f"{where}label {label!r} is not in the bundle's {len(self.labels)} labels") from None
+
+
+def finalize_manifest(tmp_dir: Path, manifest: dict) -> dict:
+    """Fill ``files`` (sha256) and ``sizes`` for every file in ``tmp_dir`` and write manifest.json."""
+    files, sizes = {}, {}
+    for f in sorted(tmp_dir.iterdir()):
+        if f.name == MANIFEST or not f.is_file():
+            continue
+        files[f.name] = sha256_file(f)
+        sizes[f.name] = f.stat().st_size
+    manifest["files"] = files
+    manifest["sizes"] = sizes
+    (tmp_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return manifest

@@ -1,0 +1,214 @@
+"""Fine-tuning configs: one frozen dataclass per knob set, validated on construction.
+
+:class:`FinetuneConfig` holds what every method shares (epochs, batch, learning
+rate, seed, ...); :class:`LearnerConfig` and :class:`FarConfig` hold what only
+their method reads. Each config serializes to a dict carrying its ``type`` and
+``version`` (recorded in ``finetune.json``) and reads back with ``from_dict``.
+
+>>> cfg = FinetuneConfig(method="learner", epochs=3, learner=LearnerConfig(rank=16, priming_epochs=1))
+>>> FinetuneConfig.from_dict(cfg.to_dict()) == cfg
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from edgenlp.models.families import LAYER_LINEARS
+
+CONFIG_VERSION = 1
+METHODS = ("full", "learner", "far", "bitfit", "freeze-ffn")
+# Learning rate when FinetuneConfig.lr is None. Weights that start pretrained move
+# with a small rate; small new factors (Learners, biases) need a larger one.
+DEFAULT_LR = {"full": 5e-5, "far": 5e-5, "freeze-ffn": 5e-5, "learner": 1e-3, "bitfit": 1e-3}
+# Modules a Learner may target: the canonical per-layer linears and the pooler.
+LEARNER_TARGETS = LAYER_LINEARS + ("pooler",)
+ATTENTION_LINEARS = ("query", "key", "value", "attn_out")
+
+
+def _check_positive(name: str, value, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def _check_int(name: str, value, *, minimum: int, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+class _Serializable:
+    """``to_dict``/``from_dict`` with ``type`` and ``version`` for a flat frozen dataclass."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": type(self).__name__, "version": CONFIG_VERSION}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, _Serializable):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        if d.get("type", cls.__name__) != cls.__name__:
+            raise ValueError(f"expected a {cls.__name__} dict, got type {d.get('type')!r}")
+        if d.get("version", CONFIG_VERSION) > CONFIG_VERSION:
+            raise ValueError(f"{cls.__name__} version {d['version']} is newer than this edgenlp ({CONFIG_VERSION})")
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(d) - known - {"type", "version"})
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+@dataclass(frozen=True)
+class LearnerConfig(_Serializable):
+    """Learners (low-rank pairs P1·P2 beside frozen linears), optionally primed.
+
+    ``rank``: an int for every target, ``None`` for ``hidden // 12`` (64 at
+    hidden 768), or ``"auto"`` to pick each layer's rank from the weight change
+    seen while priming (see :mod:`edgenlp.finetune.rank`). ``ranks`` overrides
+    the rank per module pattern (fnmatch on ``layers.<i>.<name>`` / ``pooler``),
+    e.g. ``(("layers.*.ffn_*", 16),)``; the first matching pattern wins.
+
+    Priming: the first ``priming_epochs`` epochs (fractional allowed) or, when
+    given, the first ``priming_steps`` steps also train the attention weights
+    (query/key/value/attn_out) at ``priming_lr``; afterwards only Learners and
+    the classifier train. With ``rank="auto"`` priming trains every targeted
+    weight directly instead, and the Learners are created when it ends.
+    ``energy`` is the share of ``||dW||^2`` a chosen rank must capture and
+    ``budget`` caps the Learner parameters (``None``: what the default fixed
+    rank would use).
+    """
+
+    rank: int | str | None = None
+    ranks: tuple[tuple[str, int], ...] = ()
+    targets: tuple[str, ...] = LEARNER_TARGETS
+    priming_epochs: float = 1.0
+    priming_steps: int | None = None
+    priming_lr: float = 5e-5
+    energy: float = 0.9
+    budget: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank is not None and self.rank != "auto":
+            _check_int("rank", self.rank, minimum=1)
+        object.__setattr__(self, "ranks", tuple((str(p), r) for p, r in (tuple(x) for x in self.ranks)))
+        for pattern, r in self.ranks:
+            _check_int(f"rank for {pattern!r}", r, minimum=1)
+        object.__setattr__(self, "targets", tuple(self.targets))
+        bad = [t for t in self.targets if t not in LEARNER_TARGETS]
+        if bad or not self.targets:
+            raise ValueError(f"targets must be a non-empty subset of {LEARNER_TARGETS}, got {self.targets!r}")
+        if not isinstance(self.priming_epochs, (int, float)) or self.priming_epochs < 0 or math.isnan(self.priming_epochs):
+            raise ValueError(f"priming_epochs must be >= 0, got {self.priming_epochs!r}")
+        _check_int("priming_steps", self.priming_steps, minimum=0, allow_none=True)
+        _check_positive("priming_lr", self.priming_lr)
+        if not isinstance(self.energy, (int, float)) or not 0.0 < self.energy <= 1.0:
+            raise ValueError(f"energy must be in (0, 1], got {self.energy!r}")
+        _check_int("budget", self.budget, minimum=1, allow_none=True)
+        if self.rank == "auto" and self.priming_steps == 0 or self.rank == "auto" and self.priming_steps is None and self.priming_epochs == 0:
+            raise ValueError("rank='auto' needs priming (priming_epochs > 0 or priming_steps > 0) to measure the weight change")
+
+    def priming_steps_for(self, steps_per_epoch: int) -> int:
+        """Number of priming steps for a run with ``steps_per_epoch`` steps per epoch."""
+        if self.priming_steps is not None:
+            return self.priming_steps
+        return int(round(self.priming_epochs * steps_per_epoch))
+
+
+@dataclass(frozen=True)
+class FarConfig(_Serializable):
+    """Freeze-And-Reconfigure: prime all weights for ``priming_fraction`` of the steps,
+    then keep only the ``keep`` fraction of FFN neurons that moved most trainable."""
+
+    keep: float = 0.1
+    priming_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.keep, (int, float)) or not 0.0 < self.keep <= 1.0:
+            raise ValueError(f"keep must be in (0, 1], got {self.keep!r}")
+        if not isinstance(self.priming_fraction, (int, float)) or not 0.0 < self.priming_fraction < 1.0:
+            raise ValueError(f"priming_fraction must be in (0, 1), got {self.priming_fraction!r}")
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(_Serializable):
+    """Everything a fine-tuning run needs besides model and data.
+
+    ``epochs`` is the total number of passes over the training data, priming
+    included; ``max_steps`` caps the optimizer steps. ``lr`` defaults per
+    method (:data:`DEFAULT_LR`). ``train_limit`` trains on a subset of that many
+    training rows drawn with ``subset_seed`` (fixed across run seeds, so seeds
+    vary only initialization, dropout and data order). ``learner``/``far`` hold
+    the method's own settings and default when the method is chosen.
+    """
+
+    method: str = "full"
+    epochs: int = 3
+    max_steps: int | None = None
+    train_limit: int | None = None
+    subset_seed: int = 0
+    batch_size: int = 32
+    lr: float | None = None
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.06
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    max_seq_len: int = 128
+    eval_batch_size: int = 128
+    threads: int | None = None
+    learner: LearnerConfig | None = None
+    far: FarConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        _check_int("epochs", self.epochs, minimum=1)
+        _check_int("max_steps", self.max_steps, minimum=1, allow_none=True)
+        _check_int("train_limit", self.train_limit, minimum=1, allow_none=True)
+        _check_int("subset_seed", self.subset_seed, minimum=0)
+        _check_int("batch_size", self.batch_size, minimum=1)
+        _check_positive("lr", self.lr, allow_none=True)
+        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not isinstance(self.warmup_fraction, (int, float)) or not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
+        _check_positive("max_grad_norm", self.max_grad_norm)
+        _check_int("seed", self.seed, minimum=0)
+        _check_int("max_seq_len", self.max_seq_len, minimum=2)
+        _check_int("eval_batch_size", self.eval_batch_size, minimum=1)
+        _check_int("threads", self.threads, minimum=1, allow_none=True)
+        if isinstance(self.learner, dict):
+            object.__setattr__(self, "learner", LearnerConfig.from_dict(self.learner))
+        if isinstance(self.far, dict):
+            object.__setattr__(self, "far", FarConfig.from_dict(self.far))
+        if self.learner is not None and self.method != "learner":
+            raise ValueError(f"a LearnerConfig was given but method is {self.method!r} (use method='learner')")
+        if self.far is not None and self.method != "far":
+            raise ValueError(f"a FarConfig was given but method is {self.method!r} (use method='far')")
+        if self.method == "learner" and self.learner is None:
+            object.__setattr__(self, "learner", LearnerConfig())
+        if self.method == "far" and self.far is None:
+            object.__setattr__(self, "far", FarConfig())
+
+    @property
+    def resolved_lr(self) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR[self.method]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["resolved_lr"] = self.resolved_lr
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FinetuneConfig":
+        return super().from_dict({k: v for k, v in d.items() if k != "resolved_lr"})

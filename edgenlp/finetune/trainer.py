@@ -1,0 +1,294 @@
+"""The fine-tuning loop shared by every method.
+
+:func:`finetune` tokenizes the task once, batches it in a seeded order with
+per-batch dynamic padding, runs the method's phases with AdamW (linear warmup
+then linear decay over the whole run; optimizer state carries across phases
+for parameters that keep training), evaluates on dev after every epoch and
+returns the collapsed model with a report (the content of ``finetune.json``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from edgenlp.data.tasks import Split, TaskData
+from edgenlp.finetune.config import FinetuneConfig
+from edgenlp.finetune.methods import METHOD_TYPES, Phase
+from edgenlp.metrics import classification_report
+from edgenlp.models.encoder import EncoderClassifier, ModelInfo
+from edgenlp.utils import atomic_write_json, environment, peak_rss_mb
+
+log = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+
+
+@dataclass
+class FinetuneResult:
+    """``model``: the fine-tuned model, plain ``nn.Linear`` layers only, eval mode; ``report``: ``finetune.json``."""
+
+    model: EncoderClassifier
+    report: dict
+
+    def save(self, out_dir: str | Path, info: ModelInfo) -> Path:
+        """Write a Hugging Face model directory with ``finetune.json`` inside (both atomically)."""
+        from edgenlp.models.registry import save_pretrained
+
+        summary = {k: self.report[k] for k in ("method", "seed", "dev") if k in self.report}
+        out = save_pretrained(self.model, info, out_dir, extra={"finetune": summary})
+        atomic_write_json(Path(out) / "finetune.json", self.report)
+        return Path(out)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class Encoded:
+    ids: list[list[int]]
+    labels: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encode_split(tokenizer, split: Split, labels: tuple[str, ...], *, max_len: int) -> Encoded:
+    from edgenlp.models.tokenizer import token_ids
+
+    return Encoded(token_ids(tokenizer, split.texts, max_len=max_len), split.label_ids(labels))
+
+
+def collate(data: Encoded, index: list[int], *, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Ids, mask and labels for rows ``index``, padded to the longest row of the batch."""
+    rows = [data.ids[i] for i in index]
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for j, r in enumerate(rows):
+        ids[j, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[j, : len(r)] = 1
+    return ids, mask, torch.tensor([data.labels[i] for i in index], dtype=torch.long)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: int = 128, pad_id: int = 0) -> dict:
+    """Accuracy (and macro-F1 for more than two labels) over ``data``, in batches, eval mode."""
+    was_training = model.training
+    model.eval()
+    order = sorted(range(len(data)), key=lambda i: len(data.ids[i]))  # less padding; order does not change metrics
+    pred = [0] * len(data)
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        ids, mask, _ = collate(data, index, pad_id=pad_id)
+        for i, p in zip(index, model(ids, mask).argmax(-1).tolist()):
+            pred[i] = p
+    model.train(was_training)
+    return classification_report(pred, data.labels, num_labels=num_labels)
+
+
+# --------------------------------------------------------------------------- loop helpers
+
+
+def lr_factor(step: int, *, total: int, warmup: int) -> float:
+    """Linear warmup over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def build_optimizer(groups: list[dict], previous: torch.optim.Optimizer | None) -> torch.optim.AdamW:
+    """AdamW over ``groups``; moments of parameters also in ``previous`` carry over."""
+    opt = torch.optim.AdamW(groups, lr=groups[0]["lr"] if groups else 1e-3)
+    if previous is not None:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if p in previous.state:
+                    opt.state[p] = previous.state[p]
+    return opt
+
+
+def count_trainable(groups: list[dict]) -> int:
+    return sum(p.numel() for g in groups for p in g["params"])
+
+
+def _progress(show: bool):
+    if not show:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}"),
+        TextColumn("{task.fields[eps]:.1f} ex/s"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def finetune(
+    model: EncoderClassifier,
+    info: ModelInfo,
+    task: TaskData,
+    config: FinetuneConfig,
+    *,
+    show_progress: bool = False,
+) -> FinetuneResult:
+    """Fine-tune ``model`` (in place) on ``task`` with ``config.method``.
+
+    Returns a :class:`FinetuneResult` whose model has the base architecture
+    (Learners merged, FAR layers folded back) in eval mode. Raises
+    :class:`edgenlp.errors.EdgeNLPError` for a run that cannot work with this
+    data (for example priming longer than the run) and ``ValueError`` for
+    labels that do not match the model's head.
+
+    >>> from edgenlp.models.registry import load_model                       # doctest: +SKIP
+    >>> data = load_task("sst2")                                              # doctest: +SKIP
+    >>> model, info = load_model("minilm-l6", labels=data.labels)             # doctest: +SKIP
+    >>> res = finetune(model, info, data, FinetuneConfig(method="learner"))  # doctest: +SKIP
+    >>> res.report["dev"]["accuracy"]                                         # doctest: +SKIP
+    """
+    from edgenlp.models.tokenizer import build_tokenizer
+
+    if tuple(model.labels) != tuple(task.labels):
+        raise ValueError(f"model labels {model.labels[:5]}... do not match task labels {task.labels[:5]}...")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)  # dropout
+    start_wall = time.perf_counter()
+
+    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
+    pad_id = tokenizer.pad_token_id or 0
+    train_split = task.train.sample(config.train_limit, seed=config.subset_seed)
+    train = encode_split(tokenizer, train_split, task.labels, max_len=config.max_seq_len)
+    dev = encode_split(tokenizer, task.dev, task.labels, max_len=config.max_seq_len)
+
+    steps_per_epoch = math.ceil(len(train) / config.batch_size)
+    total_steps = config.epochs * steps_per_epoch
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    warmup = int(config.warmup_fraction * total_steps)
+    total_params = model.param_count()
+
+    method = METHOD_TYPES[config.method](model, config, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
+    phases = method.phases()
+    boundaries = []  # (first step, phase)
+    first = 0
+    for phase in phases:
+        if phase.steps > 0:
+            boundaries.append((first, phase))
+        first += phase.steps
+    log.info("%s: %d train rows, %d steps (%d/epoch), phases %s", config.method, len(train), total_steps,
+             steps_per_epoch, ", ".join(f"{p.name}={p.steps}" for _, p in boundaries))
+
+    order_gen = torch.Generator().manual_seed(config.seed)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    optimizer: torch.optim.Optimizer | None = None
+    current: Phase | None = None
+    phase_stats: list[dict] = []
+    epochs: list[dict] = []
+    step = 0
+    show = _progress(show_progress)
+    with show as progress:
+        bar = progress.add_task(config.method, total=total_steps, loss=float("nan"), eps=0.0) if progress else None
+        epoch = 0
+        while step < total_steps:
+            epoch += 1
+            perm = torch.randperm(len(train), generator=order_gen).tolist()
+            epoch_time, epoch_examples, loss_sum, loss_n = 0.0, 0, 0.0, 0
+            for start in range(0, len(perm), config.batch_size):
+                if step >= total_steps:
+                    break
+                if boundaries and boundaries[0][0] == step:
+                    _, current = boundaries.pop(0)
+                    groups = current.enter()
+                    optimizer = build_optimizer(groups, optimizer)
+                    model.zero_grad(set_to_none=True)
+                    phase_stats.append({"name": current.name, "steps": current.steps, "first_step": step,
+                                        "trainable_params": count_trainable(groups),
+                                        "trainable_percent": round(100.0 * count_trainable(groups) / total_params, 3),
+                                        "train_s": 0.0})
+                    log.info("step %d: phase %s, %d trainable parameters", step, current.name, count_trainable(groups))
+                index = perm[start : start + config.batch_size]
+                ids, mask, labels = collate(train, index, pad_id=pad_id)
+                t0 = time.perf_counter()
+                factor = lr_factor(step, total=total_steps, warmup=warmup)
+                for group in optimizer.param_groups:
+                    group["lr"] = group["base_lr"] * factor
+                loss = loss_fn(model(ids, mask), labels)
+                loss.backward()
+                params = [p for g in optimizer.param_groups for p in g["params"]]
+                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                dt = time.perf_counter() - t0
+                phase_stats[-1]["train_s"] += dt
+                epoch_time += dt
+                epoch_examples += len(index)
+                loss_sum += float(loss.detach()) * len(index)
+                loss_n += len(index)
+                step += 1
+                if progress is not None:
+                    progress.update(bar, advance=1, loss=float(loss.detach()), eps=epoch_examples / max(epoch_time, 1e-9),
+                                    description=f"{config.method} e{epoch} {current.name}")
+            dev_metrics = evaluate(model, dev, num_labels=task.num_labels, batch_size=config.eval_batch_size, pad_id=pad_id)
+            model.train()
+            epochs.append({"epoch": epoch, "steps": step, "wall_s": round(epoch_time, 3),
+                           "examples_per_s": round(epoch_examples / max(epoch_time, 1e-9), 2),
+                           "train_loss": round(loss_sum / max(loss_n, 1), 5), "dev": dev_metrics})
+            log.info("epoch %d: loss %.4f, dev %s, %.1fs", epoch, epochs[-1]["train_loss"], dev_metrics, epoch_time)
+
+    extra = method.finish()
+    for p in model.parameters():
+        p.requires_grad_(True)
+    model.eval()
+    for s in phase_stats:
+        s["train_s"] = round(s["train_s"], 3)
+        s["step_s"] = round(s["train_s"] / max(1, s["steps"]), 5)
+    trained_examples = sum(e["examples_per_s"] * e["wall_s"] for e in epochs)
+    train_time = sum(e["wall_s"] for e in epochs)
+    final_phase = phase_stats[-1] if phase_stats else {"trainable_params": 0}
+    report = {
+        "version": REPORT_VERSION,
+        "method": config.method,
+        "seed": config.seed,
+        "config": config.to_dict(),
+        "model": info.to_dict(),
+        "task": {**task.to_dict(), "train_rows_used": len(train), "primary_metric": task.primary_metric},
+        "steps": step,
+        "steps_per_epoch": steps_per_epoch,
+        "trainable_params": {
+            "count": final_phase["trainable_params"],
+            "percent": round(100.0 * final_phase["trainable_params"] / total_params, 3),
+            "peak_count": max((s["trainable_params"] for s in phase_stats), default=0),
+            "total": total_params,
+        },
+        "phases": phase_stats,
+        "epochs": epochs,
+        "wall_s_per_epoch": [e["wall_s"] for e in epochs],
+        "examples_per_s": round(trained_examples / max(train_time, 1e-9), 2),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+        "dev": epochs[-1]["dev"] if epochs else {},
+        "dev_per_epoch": [e["dev"] for e in epochs],
+        "total_wall_s": round(time.perf_counter() - start_wall, 2),
+        "threads": torch.get_num_threads(),
+        "environment": environment(),
+        config.method.replace("-", "_"): extra,
+    }
+    return FinetuneResult(model, report)

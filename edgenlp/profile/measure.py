@@ -1,0 +1,205 @@
+"""Measured latency behind one interface, and the eager PyTorch measurer.
+
+A :class:`Measurer` takes a :class:`ProfileTarget` and a :class:`MeasureSpec`
+and returns a :class:`Measurement`: plain end-to-end timings plus a list of
+timed events in execution order, each attributed to a component (and layer).
+The eager, ExecuTorch and ONNX Runtime measurers live in this package; a
+native runner or a remote board only has to return events (for instance the
+operator names and per-run durations from its ETDump) and call
+:func:`edgenlp.profile.attribution.attribute` with the model's
+:class:`~edgenlp.profile.components.LinearPlan`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
+from edgenlp.profile.components import COMPONENTS, LinearPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MeasureSpec:
+    """One measurement: input shape, threads, and how many timed runs after how many warm-up runs."""
+
+    seq_len: int
+    batch: int = 1
+    threads: int = 1
+    runs: int = 30
+    warmup: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "batch", "threads", "runs"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+
+
+@dataclass
+class ProfileTarget:
+    """What is profiled: an eager model and/or lowered artifacts, plus the linear plan that maps events.
+
+    ``model`` is an :class:`~edgenlp.models.encoder.EncoderClassifier` (None
+    when only artifacts are known). ``pte``/``onnx`` point at artifacts to
+    profile as they are; without them the measurers lower ``model`` into
+    ``workdir`` (one file per sequence length and batch).
+    """
+
+    name: str
+    plan: LinearPlan
+    vocab_size: int
+    model: object | None = None
+    pte: Path | None = None
+    onnx: Path | None = None
+    workdir: Path | None = None
+    fixed_seq_len: int | None = None  # artifacts exported for one length only
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Measurement:
+    """Timings of one runtime for one :class:`MeasureSpec`; events are attributed."""
+
+    runtime: str
+    method: str
+    spec: MeasureSpec
+    end_to_end_ms: list[float]  # plain timed runs, no profiling
+    profiled_total_ms: list[float]  # total of each profiled run as the runtime saw it
+    events: list[TimedEvent]
+
+    def _runs(self, key) -> dict:
+        out: dict = {}
+        n = len(self.profiled_total_ms)
+        for e in self.events:
+            if e.kind is EventKind.CONTAINER or e.component is None:
+                continue
+            k = key(e)
+            if k is None:
+                continue
+            acc = out.setdefault(k, np.zeros(n))
+            acc += np.asarray(e.durations_ms[-n:], dtype=float)
+        return out
+
+    def component_runs(self) -> dict[str, np.ndarray]:
+        """Per component, the summed event time of each profiled run (ms)."""
+        runs = self._runs(lambda e: e.component)
+        n = len(self.profiled_total_ms)
+        return {c: runs.get(c, np.zeros(n)) for c in COMPONENTS}
+
+    def layer_component_runs(self) -> dict[tuple[int, str], np.ndarray]:
+        return self._runs(lambda e: (e.layer, e.component) if e.layer is not None else None)
+
+    def overhead_runs(self) -> np.ndarray:
+        """Profiled total minus the attributed operators: runtime dispatch, delegate entry, hooks."""
+        total = np.asarray(self.profiled_total_ms, dtype=float)
+        attributed = sum(self.component_runs().values())
+        return total - attributed
+
+
+@runtime_checkable
+class Measurer(Protocol):
+    """Anything that can time a target: eager, ExecuTorch, ONNX Runtime, a native runner, a board."""
+
+    runtime: str
+
+    def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement: ...
+
+
+def median(values) -> float:
+    return float(np.median(np.asarray(values, dtype=float))) if len(values) else float("nan")
+
+
+def p90(values) -> float:
+    return float(np.percentile(np.asarray(values, dtype=float), 90)) if len(values) else float("nan")
+
+
+# --------------------------------------------------------------------------- eager
+
+
+class EagerMeasurer:
+    """Eager PyTorch: forward pre/post hooks on the linears (and the root) cut each forward into a timeline.
+
+    Each linear's own time is one event; the time between two consecutive
+    marks (norms, residual adds, attention matmuls and softmax, activations)
+    is a gap event attributed like any other operator. The hooked forwards
+    sum to their own wall time exactly; ``end_to_end_ms`` comes from separate
+    plain forwards so hook overhead shows up as the difference.
+    """
+
+    runtime = "eager"
+    method = "forward hooks on every linear + root; gaps between marks attributed by the linear that precedes them"
+
+    def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement:
+        import torch
+
+        from edgenlp.export.graph import example_inputs
+
+        if target.model is None:
+            raise ValueError("eager profiling needs a model")
+        model = target.model.eval()
+        inputs = example_inputs(spec.seq_len, batch=spec.batch, vocab_size=target.vocab_size)
+        old_threads = torch.get_num_threads()
+        torch.set_num_threads(spec.threads)
+        marks: list[tuple[float, str, str]] = []
+        handles = []
+        try:
+            with torch.inference_mode():
+                for _ in range(spec.warmup):
+                    model(*inputs)
+                e2e = []
+                for _ in range(spec.runs):
+                    t0 = time.perf_counter()
+                    model(*inputs)
+                    e2e.append((time.perf_counter() - t0) * 1e3)
+
+                def hook(label: str, edge: str):
+                    def fn(*_args):
+                        marks.append((time.perf_counter(), edge, label))
+
+                    return fn
+
+                handles.append(model.register_forward_pre_hook(hook("model", "start")))
+                handles.append(model.register_forward_hook(hook("model", "end")))
+                for a in target.plan.anchors:
+                    module = model.get_submodule(a.module)
+                    handles.append(module.register_forward_pre_hook(hook(a.module, "start")))
+                    handles.append(module.register_forward_hook(hook(a.module, "end")))
+                for _ in range(spec.warmup or 1):
+                    model(*inputs)
+                timelines = []
+                for _ in range(spec.runs):
+                    marks.clear()
+                    model(*inputs)
+                    timelines.append(list(marks))
+        finally:
+            for h in handles:
+                h.remove()
+            torch.set_num_threads(old_threads)
+        events = _timeline_events(timelines)
+        totals = [(tl[-1][0] - tl[0][0]) * 1e3 for tl in timelines]
+        return Measurement(self.runtime, self.method, spec, e2e, totals, attribute(events, target.plan, runtime="eager"))
+
+
+def _timeline_events(timelines: list[list[tuple[float, str, str]]]) -> list[TimedEvent]:
+    """Turn per-run mark lists (same structure every run) into events with per-run durations."""
+    first = timelines[0]
+    if any(len(tl) != len(first) for tl in timelines):
+        raise RuntimeError("eager forward took different paths across runs")
+    events = []
+    for j in range(len(first) - 1):
+        (_, edge_a, label_a), (_, edge_b, label_b) = first[j], first[j + 1]
+        durations = tuple((tl[j + 1][0] - tl[j][0]) * 1e3 for tl in timelines)
+        if edge_a == "start" and edge_b == "end" and label_a == label_b and label_a != "model":
+            events.append(TimedEvent(label_a, EventKind.LINEAR, durations))
+        else:
+            events.append(TimedEvent(f"ops {label_a}:{edge_a} -> {label_b}:{edge_b}", EventKind.OP, durations))
+    return events

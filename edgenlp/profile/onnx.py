@@ -1,0 +1,148 @@
+"""ONNX Runtime measurer: the session profiler's per-node events, attributed by anchoring on the linears.
+
+ONNX Runtime rewrites the graph before running it (``MatMul``+``Add`` become
+``Gemm``, residual add + norm become ``SkipLayerNormalization``, the scale
+folds into ``FusedMatMul``), so exported node names do not survive as a
+reliable module map. Its sequential executor still runs one node at a time,
+and every linear stays one matrix-multiply node whose second operand is a
+weight: the k-th such node is the plan's k-th linear
+(:mod:`edgenlp.profile.attribution`). Attention's QKᵀ and AV are told apart
+by having two activation inputs of rank >= 3.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from edgenlp.errors import EdgeNLPError
+from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
+from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget
+
+log = logging.getLogger(__name__)
+
+MATMUL_OPS = {
+    "Gemm", "FusedGemm", "QGemm", "MatMul", "FusedMatMul", "MatMulInteger", "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul", "MatMulNBits", "QLinearMatMul",
+}  # fmt: skip
+PRELUDE_OPS = {"DynamicQuantizeLinear"}
+
+
+def classify(op: str, input_shapes: list[list[int]]) -> EventKind:
+    """Kind of an ORT node event from its operator type and input shapes."""
+    if op in PRELUDE_OPS:
+        return EventKind.PRELUDE
+    if op in MATMUL_OPS:
+        activations = [s for s in input_shapes if len(s) >= 3]
+        if len(input_shapes) >= 2 and len(activations) >= 2:
+            return EventKind.OP  # activation x activation: attention QKᵀ / AV
+        return EventKind.LINEAR
+    return EventKind.OP
+
+
+def export(model, seq_len: int, batch: int, out: Path, *, vocab_size: int) -> Path:
+    """Export ``model`` (native layer norms, which ORT fuses) at a fixed shape with ``torch.onnx.export``."""
+    import torch
+
+    from edgenlp.export.graph import example_inputs, prepare
+
+    inputs = example_inputs(seq_len, batch=batch, vocab_size=vocab_size)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.onnx")
+    torch.onnx.export(
+        prepare(model, decompose_norms=False), inputs, str(tmp),
+        input_names=["input_ids", "attention_mask"], output_names=["logits"], dynamo=True, verbose=False,
+    )  # fmt: skip
+    os.replace(tmp, out)
+    return out
+
+
+def _shapes(args: dict) -> list[list[int]]:
+    return [list(next(iter(x.values()))) for x in args.get("input_type_shape", [])]
+
+
+def parse_profile(path: str | Path) -> tuple[list[list[dict]], list[float]]:
+    """Node events per run (execution order) and each run's ``model_run`` time in ms."""
+    records = json.loads(Path(path).read_text())
+    runs: list[list[dict]] = []
+    totals: list[float] = []
+    current: list[dict] = []
+    for r in sorted(records, key=lambda r: r.get("ts", 0)):
+        if r.get("cat") == "Node" and str(r.get("name", "")).endswith("_kernel_time"):
+            current.append(r)
+        elif r.get("cat") == "Session" and r.get("name") == "model_run":
+            runs.append(current)
+            totals.append(r["dur"] / 1e3)
+            current = []
+    return runs, totals
+
+
+class OnnxRuntimeMeasurer:
+    runtime = "onnx"
+    method = (
+        "ONNX Runtime profiler node events (SessionOptions.enable_profiling), attributed by anchoring on "
+        "matmul nodes with a weight operand in execution order; end-to-end from a session without profiling"
+    )
+
+    def model_for(self, target: ProfileTarget, spec: MeasureSpec) -> Path:
+        if target.onnx is not None:
+            return target.onnx
+        if target.model is None or target.workdir is None:
+            raise ValueError("onnx profiling needs a .onnx or a model and a workdir")
+        path = target.workdir / f"model_s{spec.seq_len}_b{spec.batch}.onnx"
+        if not path.exists():
+            log.info("exporting %s to ONNX at seq %d", target.name, spec.seq_len)
+            export(target.model, spec.seq_len, spec.batch, path, vocab_size=target.vocab_size)
+        return path
+
+    def _session(self, path: Path, threads: int, profile_prefix: str | None):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        if profile_prefix:
+            so.enable_profiling = True
+            so.profile_file_prefix = profile_prefix
+        try:
+            return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
+            raise EdgeNLPError(f"onnx: cannot load {path}: {str(exc).splitlines()[0]}") from exc
+
+    def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement:
+        from edgenlp.export.graph import example_inputs
+
+        path = self.model_for(target, spec)
+        ids, mask = example_inputs(spec.seq_len, batch=spec.batch, vocab_size=target.vocab_size)
+        sess = self._session(path, spec.threads, None)
+        names = [i.name for i in sess.get_inputs()]
+        feed = dict(zip(names, (ids.numpy(), mask.numpy())))
+        for _ in range(spec.warmup):
+            sess.run(None, feed)
+        e2e = []
+        for _ in range(spec.runs):
+            t0 = time.perf_counter()
+            sess.run(None, feed)
+            e2e.append((time.perf_counter() - t0) * 1e3)
+        del sess
+        with tempfile.TemporaryDirectory(prefix="edgenlp-ortprof-") as tmp:
+            sess = self._session(path, spec.threads, str(Path(tmp) / "ort"))
+            for _ in range(spec.warmup + spec.runs):
+                sess.run(None, feed)
+            runs, totals = parse_profile(sess.end_profiling())
+        runs, totals = runs[-spec.runs :], totals[-spec.runs :]
+        first = runs[0]
+        if any(len(r) != len(first) or [e["name"] for e in r] != [e["name"] for e in first] for r in runs):
+            raise EdgeNLPError("onnx: node events differ between runs; cannot align them")
+        events = []
+        for j, e in enumerate(first):
+            args = e.get("args", {})
+            kind = classify(args.get("op_name", ""), _shapes(args))
+            name = e["name"][: -len("_kernel_time")]
+            events.append(TimedEvent(name, kind, tuple(r[j]["dur"] / 1e3 for r in runs)))
+        return Measurement(self.runtime, self.method, spec, e2e, totals, attribute(events, target.plan, runtime=self.runtime))

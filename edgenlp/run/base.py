@@ -1,0 +1,109 @@
+"""One interface over every runtime.
+
+A runner turns texts into logits through one backend::
+
+    runner = get_runner("out/minilm-sst2", runtime="executorch", threads=2)
+    logits = runner.predict_logits(["a gripping film", "dull"])   # float32 [2, num_labels]
+
+Python runners tokenize with the bundle's WordPiece settings; the native runner
+tokenizes in C++. All of them return the same logits within float tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edgenlp.errors import EdgeNLPError
+from edgenlp.export.bundle import Bundle
+
+log = logging.getLogger(__name__)
+
+RUNTIMES = ("executorch", "onnx", "native", "eager")
+
+
+class Runner:
+    """Base class: ``predict_logits(texts) -> float32 [N, num_labels]``."""
+
+    name: str = "base"
+    labels: tuple[str, ...] = ()
+
+    def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(self, texts: Sequence[str]) -> list[dict]:
+        """Label and probabilities per text."""
+        logits = self.predict_logits(texts)
+        probs = softmax(logits)
+        return [
+            {"text": t, "label": self.labels[int(p.argmax())], "probs": {l: float(v) for l, v in zip(self.labels, p)}}
+            for t, p in zip(texts, probs)
+        ]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits - logits.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    texts = list(texts)
+    if not texts:
+        raise EdgeNLPError("no text given")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise EdgeNLPError(f"text {i} is not a string")
+    return texts
+
+
+class BundleRunner(Runner):
+    """Shared tokenization for the Python runners of a bundle."""
+
+    def __init__(self, bundle: Bundle | str | Path, *, threads: int | None = None) -> None:
+        self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
+        self.labels = self.bundle.labels
+        self.threads = threads
+        tok = self.bundle.tokenizer
+        self.pad_id = tok.pad_token_id or 0
+        self._tok = tok
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        from edgenlp.models.tokenizer import token_ids
+
+        return token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
+
+
+def get_runner(target: str | Path, *, runtime: str = "executorch", threads: int | None = None) -> Runner:
+    """A runner for a bundle directory (executorch/onnx/native) or a model (eager)."""
+    if runtime not in RUNTIMES:
+        raise EdgeNLPError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    if threads is not None and threads < 1:
+        raise EdgeNLPError(f"--threads must be >= 1, got {threads}")
+    if runtime == "eager":
+        from edgenlp.run.eager import EagerRunner
+
+        return EagerRunner(target, threads=threads)
+    if runtime == "executorch":
+        from edgenlp.run.executorch import ExecuTorchRunner
+
+        return ExecuTorchRunner(target, threads=threads)
+    if runtime == "onnx":
+        from edgenlp.run.onnx import OnnxRunner
+
+        return OnnxRunner(target, threads=threads)
+    from edgenlp.run.native import NativeRunner
+
+    return NativeRunner(target, threads=threads)

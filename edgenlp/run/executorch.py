@@ -1,0 +1,80 @@
+"""ExecuTorch Python runtime: picks the smallest sequence bucket and pads."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edgenlp.errors import BundleError
+from edgenlp.export.bundle import Bundle
+from edgenlp.run.base import BundleRunner, check_texts
+from edgenlp.utils import quiet_stderr
+
+log = logging.getLogger(__name__)
+
+
+def set_threads(threads: int | None) -> None:
+    """Size XNNPACK's thread pool. Must run before a program is loaded (resetting later can crash)."""
+    if threads is None:
+        return
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    with quiet_stderr():
+        _unsafe_reset_threadpool(int(threads))
+
+
+def load_program(path: Path, **kwargs):
+    from executorch.runtime import Runtime
+
+    try:
+        with quiet_stderr():
+            return Runtime.get().load_program(path, **kwargs)
+    except Exception as exc:
+        raise BundleError(f"{path}: cannot load ExecuTorch program ({type(exc).__name__}: {exc})") from exc
+
+
+class ExecuTorchRunner(BundleRunner):
+    name = "executorch"
+
+    def __init__(self, bundle: Bundle | str | Path, *, threads: int | None = None) -> None:
+        super().__init__(bundle, threads=threads)
+        set_threads(threads)
+        self.methods = self.bundle.pte_methods
+        if not self.methods:
+            raise BundleError(f"{self.bundle.path}: manifest lists no ExecuTorch methods")
+        self.program = load_program(self.bundle.artifact("pte"))
+        self._loaded: dict[str, object] = {}
+
+    def _method(self, name: str):
+        if name not in self._loaded:
+            try:
+                with quiet_stderr():
+                    self._loaded[name] = self.program.load_method(name)
+            except Exception as exc:
+                raise BundleError(f"{self.bundle.artifact('pte')}: cannot load method {name} ({exc})") from exc
+        return self._loaded[name]
+
+    def bucket_for(self, n_tokens: int):
+        for m in self.methods:
+            if m.seq_len >= n_tokens:
+                return m
+        return self.methods[-1]
+
+    def run_ids(self, ids: list[int]) -> np.ndarray:
+        import torch
+
+        m = self.bucket_for(len(ids))
+        length = len(ids) if m.dynamic else m.seq_len
+        x = torch.full((1, length), self.pad_id, dtype=torch.int64)
+        mask = torch.zeros((1, length), dtype=torch.int64)
+        x[0, : len(ids)] = torch.tensor(ids[:length], dtype=torch.int64)
+        mask[0, : len(ids)] = 1
+        out = self._method(m.name).execute([x, mask])[0]
+        return out.detach().numpy()[0]
+
+    def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        return np.stack([self.run_ids(ids) for ids in self.token_ids(texts)]).astype(np.float32)

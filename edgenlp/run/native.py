@@ -1,0 +1,247 @@
+"""The native runtime (``runtime/``, libedgenlp) through ctypes.
+
+Tokenizes in C++ with the same rules as the Hugging Face tokenizer and runs the
+bundle's ``model.pte`` on the ExecuTorch C++ runtime, outside the Python
+process's libtorch::
+
+    with NativeRunner("out/minilm-sst2", threads=2) as runner:
+        logits = runner.predict_logits(["a gripping film", "dull"])   # float32 [2, num_labels]
+    native_tokenize("out/minilm-sst2", ["Hello, world!"])             # [[101, 7592, 1010, 2088, 999, 102]]
+
+The library is looked up in ``$EDGENLP_NATIVE_LIB``, then in
+``runtime/build/<arch>/libedgenlp.so`` of the source tree (what
+``bash runtime/build.sh`` writes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from edgenlp.errors import BundleError, EdgeNLPError
+from edgenlp.run.base import Runner, check_texts
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+
+# edgenlp_status values (runtime/include/edgenlp.h)
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_IO = 2
+ERR_BUNDLE = 3
+ERR_CHECKSUM = 4
+ERR_INVALID_UTF8 = 5
+ERR_MODEL = 6
+ERR_BUFFER_TOO_SMALL = 7
+ERR_NO_MODEL = 8
+_BUNDLE_ERRORS = (ERR_IO, ERR_BUNDLE, ERR_CHECKSUM, ERR_MODEL, ERR_NO_MODEL)
+
+_lib: ctypes.CDLL | None = None
+_lib_lock = threading.Lock()
+
+
+class NativeError(EdgeNLPError):
+    """A call into libedgenlp failed; ``status`` is its edgenlp_status code."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NativeBundleError(BundleError):
+    """The native runtime rejected the bundle (missing file, checksum, bad program)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def host_arch() -> str:
+    m = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
+
+
+def library_path() -> Path:
+    """Where libedgenlp is expected: ``$EDGENLP_NATIVE_LIB`` or the host build dir."""
+    env = os.environ.get("EDGENLP_NATIVE_LIB")
+    if env:
+        return Path(env)
+    return REPO / "runtime" / "build" / host_arch() / "libedgenlp.so"
+
+
+def load_library() -> ctypes.CDLL:
+    """Load libedgenlp once per process and declare its signatures.
+
+    Raises :class:`EdgeNLPError` when the library has not been built.
+    """
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        path = library_path()
+        if not path.is_file():
+            raise EdgeNLPError(f"native runtime not built: {path} is missing; run `bash runtime/build.sh`")
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise EdgeNLPError(f"cannot load the native runtime {path}: {exc}") from exc
+        h = ctypes.c_void_p
+        c_size = ctypes.c_size_t
+        i64p = ctypes.POINTER(ctypes.c_int64)
+        f32p = ctypes.POINTER(ctypes.c_float)
+        sig = {
+            "edgenlp_version": (ctypes.c_int, []),
+            "edgenlp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+            "edgenlp_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(h)]),
+            "edgenlp_close": (None, [h]),
+            "edgenlp_last_error": (ctypes.c_char_p, [h]),
+            "edgenlp_set_threads": (ctypes.c_int, [h, ctypes.c_int32]),
+            "edgenlp_num_labels": (ctypes.c_int, [h, ctypes.POINTER(c_size)]),
+            "edgenlp_label_name": (ctypes.c_char_p, [h, c_size]),
+            "edgenlp_max_seq_len": (ctypes.c_int, [h, ctypes.POINTER(c_size)]),
+            "edgenlp_tokenize": (ctypes.c_int, [h, ctypes.c_char_p, c_size, i64p, i64p, c_size, ctypes.POINTER(c_size)]),
+            "edgenlp_logits_batch": (ctypes.c_int, [h, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(c_size), c_size,
+                                                    f32p, c_size]),
+            "edgenlp_enable_etdump": (ctypes.c_int, [h]),
+            "edgenlp_write_etdump": (ctypes.c_int, [h, ctypes.c_char_p]),
+        }
+        for name, (restype, argtypes) in sig.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        log.debug("loaded %s (version %d)", path, lib.edgenlp_version())
+        _lib = lib
+        return lib
+
+
+def _encode(text: str) -> bytes:
+    # surrogatepass lets a lone surrogate reach the native UTF-8 check, which reports it.
+    return text.encode("utf-8", "surrogatepass")
+
+
+class NativeHandle:
+    """An open bundle in libedgenlp. Not reentrant: calls are serialized by a lock."""
+
+    def __init__(self, bundle_dir: str | Path) -> None:
+        self._lib = load_library()
+        self._lock = threading.Lock()
+        self.path = Path(bundle_dir)
+        self._h = ctypes.c_void_p()
+        status = self._lib.edgenlp_open(os.fsencode(str(bundle_dir)), ctypes.byref(self._h))
+        if status != OK:
+            message = self._error()
+            self.close()
+            raise NativeBundleError(message, status=status) if status in _BUNDLE_ERRORS else NativeError(
+                message, status=status)
+        n = ctypes.c_size_t()
+        self._lib.edgenlp_num_labels(self._h, ctypes.byref(n))
+        self.labels = tuple(self._lib.edgenlp_label_name(self._h, i).decode("utf-8") for i in range(n.value))
+        self._lib.edgenlp_max_seq_len(self._h, ctypes.byref(n))
+        self.max_seq_len = n.value
+
+    def _error(self) -> str:
+        if not self._h:
+            return "libedgenlp: out of memory"
+        return self._lib.edgenlp_last_error(self._h).decode("utf-8", "replace")
+
+    def _check(self, status: int) -> None:
+        if status == OK:
+            return
+        if status in _BUNDLE_ERRORS:
+            raise NativeBundleError(self._error(), status=status)
+        raise NativeError(self._error(), status=status)
+
+    def set_threads(self, threads: int) -> None:
+        with self._lock:
+            self._check(self._lib.edgenlp_set_threads(self._h, int(threads)))
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = (ctypes.c_int64 * self.max_seq_len)()
+        n = ctypes.c_size_t()
+        out: list[list[int]] = []
+        with self._lock:
+            for text in texts:
+                data = _encode(text)
+                self._check(self._lib.edgenlp_tokenize(self._h, data, len(data), ids, None, self.max_seq_len,
+                                                       ctypes.byref(n)))
+                out.append(list(ids[: n.value]))
+        return out
+
+    def logits(self, texts: Sequence[str]) -> np.ndarray:
+        encoded = [_encode(t) for t in texts]
+        n = len(encoded)
+        k = len(self.labels)
+        arr = (ctypes.c_char_p * n)(*encoded)
+        lens = (ctypes.c_size_t * n)(*(len(b) for b in encoded))
+        out = np.empty((n, k), dtype=np.float32)
+        with self._lock:
+            self._check(self._lib.edgenlp_logits_batch(
+                self._h, arr, lens, n, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size))
+        return out
+
+    def enable_etdump(self) -> None:
+        with self._lock:
+            self._check(self._lib.edgenlp_enable_etdump(self._h))
+
+    def write_etdump(self, path: str | Path) -> None:
+        with self._lock:
+            self._check(self._lib.edgenlp_write_etdump(self._h, os.fsencode(str(path))))
+
+    def close(self) -> None:
+        if self._h:
+            self._lib.edgenlp_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _bundle_dir(bundle) -> Path:
+    return Path(getattr(bundle, "path", bundle))
+
+
+class NativeRunner(Runner):
+    """Runner over libedgenlp: native tokenizer + ExecuTorch C++ runtime."""
+
+    name = "native"
+
+    def __init__(self, bundle, *, threads: int | None = None) -> None:
+        self.handle = NativeHandle(_bundle_dir(bundle))
+        self.labels = self.handle.labels
+        self.threads = threads
+        if threads is not None:
+            self.handle.set_threads(threads)
+
+    def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        return self.handle.logits(texts)
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return self.handle.tokenize(list(texts))
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def native_tokenize(bundle_dir, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text from the native tokenizer (with [CLS]/[SEP], truncated to max_seq_len).
+
+    Works on tokenizer-only bundles (no model.pte). Raises :class:`BundleError`
+    for a bad bundle and :class:`EdgeNLPError` for text that is not valid UTF-8.
+    """
+    handle = NativeHandle(_bundle_dir(bundle_dir))
+    try:
+        return handle.tokenize(list(texts))
+    finally:
+        handle.close()

@@ -48,17 +48,43 @@ std::once_flag g_init_once;
 std::mutex g_mu;
 std::set<edgenlp_handle*> g_handles;
 
-// ExecuTorch logs to stderr; keep its info/debug chatter (cpuinfo probing)
-// out of applications unless EDGENLP_LOG=debug.
+// Last error message ExecuTorch logged on this thread; folded into the
+// handle's error text instead of being printed.
+thread_local std::string t_et_message;
+
+std::string et_error(Error e) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%x", static_cast<unsigned>(e));
+  std::string out = "ExecuTorch error 0x" + std::string(buf);
+  if (!t_et_message.empty()) {
+    out += ": " + t_et_message;
+    t_et_message.clear();
+  }
+  return out;
+}
+
+// ExecuTorch logs to stderr. Keep its info/debug chatter (cpuinfo probing)
+// out of applications and turn errors into the handle's message, unless
+// EDGENLP_LOG=debug asks for everything on stderr.
 void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, const char*, size_t line,
               const char* message, size_t length) {
   static const bool verbose = [] {
     const char* v = std::getenv("EDGENLP_LOG");
     return v != nullptr && std::strcmp(v, "debug") == 0;
   }();
-  if (!verbose && (level == kInfo || level == kDebug)) return;
-  std::fprintf(stderr, "executorch %c %s:%zu] %.*s\n", static_cast<char>(level), filename, line,
-               static_cast<int>(length), message);
+  if (verbose) {
+    std::fprintf(stderr, "executorch %c %s:%zu] %.*s\n", static_cast<char>(level), filename, line,
+                 static_cast<int>(length), message);
+    return;
+  }
+  if (level == kError || level == kFatal) {
+    try {
+      std::string m(message, length);
+      while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+      t_et_message = m;
+    } catch (...) {
+    }
+  }
 }
 
 void ensure_runtime_init() {
@@ -71,14 +97,6 @@ void ensure_runtime_init() {
       executorch::runtime::register_pal(executorch::runtime::PalImpl::create(&emit_log, __FILE__));
     executorch::runtime::runtime_init();
   });
-}
-
-std::string et_error(Error e) {
-  return "ExecuTorch error 0x" + [&] {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, "%x", static_cast<unsigned>(e));
-    return std::string(buf);
-  }();
 }
 
 }  // namespace

@@ -85,14 +85,14 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--") {
       for (++i; i < argc; ++i) o.texts.emplace_back(argv[i]);
     } else if (a.size() > 1 && a[0] == '-' && a[1] == '-') {
-      die(2, "unknown option " + a + "\n" + kUsage);
+      die(2, "unknown option " + a + " (see --help)");
     } else if (o.bundle.empty()) {
       o.bundle = a;
     } else {
       o.texts.push_back(a);
     }
   }
-  if (o.bundle.empty()) die(2, std::string("missing BUNDLE\n") + kUsage);
+  if (o.bundle.empty()) die(2, "missing BUNDLE (see --help)");
   if (!o.input.empty()) {
     std::ifstream in(o.input, std::ios::binary);
     if (!in) die(2, "cannot read --input " + o.input);
@@ -102,7 +102,7 @@ Options parse_args(int argc, char** argv) {
       o.texts.push_back(line);
     }
   }
-  if (o.bench == 0 && o.texts.empty()) die(2, std::string("no TEXT given\n") + kUsage);
+  if (o.bench == 0 && o.texts.empty()) die(2, "no TEXT given (see --help)");
   if (o.bench > 0 && o.seq_len == 0) die(2, "--bench needs --seq-len");
   return o;
 }

@@ -1,0 +1,176 @@
+"""libedgenlp, edgenlp-run and the C example against the ExecuTorch Python runtime, plus bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.native
+
+TEXTS = ["a gripping, funny film", "dull", "", "word " * 60, "Ünïcödé — 中文 😀", "x" * 100_000, "long text " * 10_000]
+
+
+def reference_logits(bundle: Path, ids_list: list[list[int]]) -> np.ndarray:
+    """ExecuTorch pybindings on the same ids, bucketed and padded per the bundle contract."""
+    import torch
+    from executorch.runtime import Runtime
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    methods = sorted(manifest["artifacts"]["pte"]["methods"], key=lambda m: m["seq_len"])
+    program = Runtime.get().load_program(bundle / "model.pte")
+    rows = []
+    for ids in ids_list:
+        m = next(m for m in methods if m["seq_len"] >= len(ids))
+        x = torch.zeros(1, m["seq_len"], dtype=torch.int64)
+        mask = torch.zeros(1, m["seq_len"], dtype=torch.int64)
+        x[0, : len(ids)] = torch.tensor(ids)
+        mask[0, : len(ids)] = 1
+        rows.append(program.load_method(m["name"]).execute([x, mask])[0].numpy()[0])
+    return np.stack(rows)
+
+
+def test_native_runner_equals_executorch_python(tiny_bundle):
+    from edgenlp.run.native import NativeRunner
+
+    with NativeRunner(tiny_bundle, threads=1) as runner:
+        logits = runner.predict_logits(TEXTS)
+        ids = runner.token_ids(TEXTS)
+        assert logits.dtype == np.float32 and logits.shape == (len(TEXTS), 2)
+        assert runner.labels == ("0", "1")
+        assert {len(i) for i in ids} >= {3, 62, 128}  # both buckets used
+    np.testing.assert_allclose(logits, reference_logits(tiny_bundle, ids), rtol=1e-5, atol=1e-5)
+
+
+def test_threads_do_not_change_results(tiny_bundle):
+    from edgenlp.run.native import NativeRunner
+
+    with NativeRunner(tiny_bundle, threads=1) as one:
+        a = one.predict_logits(TEXTS[:3])
+    with NativeRunner(tiny_bundle, threads=2) as two:
+        b = two.predict_logits(TEXTS[:3])
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_cpp_unit_tests(host_build, tiny_bundle):
+    proc = subprocess.run([str(host_build / "edgenlp_tests"), str(tiny_bundle)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " 0 failures" in proc.stdout
+
+
+def test_c_example(host_build, tiny_bundle):
+    proc = subprocess.run([str(host_build / "classify"), str(tiny_bundle), "a gripping, funny film", "dull"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and all(l.split()[0] in ("0", "1") for l in lines)
+
+
+def test_cli_json_bench_etdump(host_build, tiny_bundle, tmp_path):
+    run = str(host_build / "edgenlp-run")
+    out = subprocess.run([run, str(tiny_bundle), "--json", "good", "bad"], capture_output=True, text=True, check=True)
+    rows = [json.loads(l) for l in out.stdout.splitlines()]
+    assert [r["text"] for r in rows] == ["good", "bad"]
+    assert abs(sum(rows[0]["probabilities"].values()) - 1) < 1e-4
+    out = subprocess.run([run, str(tiny_bundle), "--bench", "5", "--seq-len", "32", "--threads", "2"],
+                         capture_output=True, text=True, check=True)
+    bench = json.loads(out.stdout)
+    assert bench["iterations"] == 5 and bench["latency_ms"]["median"] > 0 and bench["peak_rss_kb"] > 0
+    etdump = tmp_path / "run.etdp"
+    subprocess.run([run, str(tiny_bundle), "--etdump", str(etdump), "hello"], check=True, capture_output=True)
+    assert etdump.stat().st_size > 0
+    from executorch.devtools.etdump.serialize import deserialize_from_etdump_flatcc
+
+    assert deserialize_from_etdump_flatcc(etdump.read_bytes()).run_data
+
+
+@pytest.mark.parametrize("args", [[], ["/nonexistent"], ["BUNDLE", "--threads", "0", "x"], ["BUNDLE", "--bogus"],
+                                  ["BUNDLE", "--bench", "3"], ["BUNDLE", "--bench", "3", "--seq-len", "9999"]])
+def test_cli_bad_input_exits_2(host_build, tiny_bundle, args):
+    args = [str(tiny_bundle) if a == "BUNDLE" else a for a in args]
+    if args == ["/nonexistent"]:
+        args.append("text")
+    proc = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") <= 3 and "error" in proc.stderr
+
+
+def _copy(bundle: Path, dst: Path) -> Path:
+    shutil.copytree(bundle, dst)
+    return dst
+
+
+def _rehash(bundle: Path) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"] = {n: hashlib.sha256((bundle / n).read_bytes()).hexdigest() for n in manifest["files"]}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _corrupt_pte_rehashed(b: Path) -> None:
+    data = bytearray((b / "model.pte").read_bytes())
+    for i in range(64, len(data), 997):
+        data[i] ^= 0x5A
+    (b / "model.pte").write_bytes(bytes(data))
+    _rehash(b)
+
+
+def _truncate_pte_rehashed(b: Path) -> None:
+    (b / "model.pte").write_bytes((b / "model.pte").read_bytes()[:5000])
+    _rehash(b)
+
+
+def _set(key, value):
+    def edit(b: Path) -> None:
+        m = json.loads((b / "manifest.json").read_text())
+        m[key] = value
+        (b / "manifest.json").write_text(json.dumps(m))
+    return edit
+
+
+CORRUPTIONS = {
+    "wrong_sha": (lambda b: (b / "vocab.txt").write_text((b / "vocab.txt").read_text() + "extra\n"), 4),
+    "missing_pte": (lambda b: (b / "model.pte").unlink(), 2),
+    "missing_manifest": (lambda b: (b / "manifest.json").unlink(), 2),
+    "manifest_not_json": (lambda b: (b / "manifest.json").write_text("{\"format\": "), 3),
+    "manifest_empty": (lambda b: (b / "manifest.json").write_text(""), 3),
+    "corrupted_pte": (_corrupt_pte_rehashed, 6),
+    "truncated_pte": (_truncate_pte_rehashed, 6),
+    "path_escape": (_set("files", {"../etc/passwd": "0" * 64}), 3),
+    "no_labels": (_set("labels", []), 3),
+    "bad_version": (_set("format_version", 2), 3),
+    "max_seq_len_1": (_set("max_seq_len", 1), 3),
+    "wrong_labels": (_set("labels", ["a", "b", "c"]), 3),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_broken_bundles_give_clean_errors(name, tiny_bundle, tmp_path, host_build):
+    from edgenlp.errors import EdgeNLPError
+    from edgenlp.run.native import NativeRunner
+
+    corrupt, status = CORRUPTIONS[name]
+    b = _copy(tiny_bundle, tmp_path / name)
+    corrupt(b)
+    with pytest.raises(EdgeNLPError) as info:
+        NativeRunner(b)
+    assert info.value.status in (status, 3), str(info.value)
+    assert "\n" not in str(info.value)
+    proc = subprocess.run([str(host_build / "edgenlp-run"), str(b), "x"], capture_output=True, text=True)
+    assert proc.returncode in (1, 2) and proc.stderr.startswith("edgenlp-run: error:")
+
+
+def test_tokenize_cli(tiny_bundle):
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+
+    r = CliRunner().invoke(main, ["tokenize", str(tiny_bundle), "Hello, world!", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output.splitlines()[-1])["ids"] == [101, 7592, 1010, 2088, 999, 102]
+    r = CliRunner().invoke(main, ["tokenize", str(tiny_bundle)])
+    assert r.exit_code == 2 and "no text given" in r.output

@@ -8,7 +8,7 @@
 set -euo pipefail
 
 host_pkgs=(cmake g++ make)
-extra_pkgs=(g++-aarch64-linux-gnu qemu-user clang)
+extra_pkgs=(g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev)
 
 pkgs=("${host_pkgs[@]}")
 if [[ "${1:-}" != "--host" ]]; then

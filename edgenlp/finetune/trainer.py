@@ -60,6 +60,39 @@ class Encoded:
         return len(self.ids)
 
 
+def load_tokenizer(info: ModelInfo):
+    """The model's tokenizer, checked against its ``vocab.txt``.
+
+    ``build_tokenizer`` currently passes ``vocab_file=`` by keyword, which the
+    transformers 5 fast tokenizer ignores (every word becomes ``[UNK]``). Until
+    that is fixed there, rebuild with the vocabulary passed positionally when
+    the check fails, so fine-tuning never trains on ``[UNK]`` soup.
+    """
+    from edgenlp.models.registry import default_vocab_file
+    from edgenlp.models.tokenizer import build_tokenizer
+
+    vocab_file = Path(info.vocab_file) if info.vocab_file else default_vocab_file()
+    tok = build_tokenizer(vocab_file, info.tokenizer)
+    vocab = vocab_file.read_text(encoding="utf-8").splitlines()
+    if tok.cls_token in vocab and tok.convert_tokens_to_ids(tok.cls_token) == vocab.index(tok.cls_token):
+        return tok
+    from transformers import BertTokenizerFast
+
+    log.warning("tokenizer from %s ignores its vocabulary; rebuilding it with the vocabulary passed positionally", vocab_file)
+    s = info.tokenizer or {}
+    return BertTokenizerFast(
+        str(vocab_file),
+        do_lower_case=s.get("do_lower_case", True),
+        strip_accents=s.get("strip_accents"),
+        tokenize_chinese_chars=s.get("tokenize_chinese_chars", True),
+        unk_token=s.get("unk_token", "[UNK]"),
+        sep_token=s.get("sep_token", "[SEP]"),
+        pad_token=s.get("pad_token", "[PAD]"),
+        cls_token=s.get("cls_token", "[CLS]"),
+        mask_token=s.get("mask_token", "[MASK]"),
+    )
+
+
 def encode_split(tokenizer, split: Split, labels: tuple[str, ...], *, max_len: int) -> Encoded:
     from edgenlp.models.tokenizer import token_ids
 
@@ -163,8 +196,6 @@ def finetune(
     >>> res = finetune(model, info, data, FinetuneConfig(method="learner"))  # doctest: +SKIP
     >>> res.report["dev"]["accuracy"]                                         # doctest: +SKIP
     """
-    from edgenlp.models.tokenizer import build_tokenizer
-
     if tuple(model.labels) != tuple(task.labels):
         raise ValueError(f"model labels {model.labels[:5]}... do not match task labels {task.labels[:5]}...")
     if config.threads:
@@ -172,7 +203,7 @@ def finetune(
     torch.manual_seed(config.seed)  # dropout
     start_wall = time.perf_counter()
 
-    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
+    tokenizer = load_tokenizer(info)
     pad_id = tokenizer.pad_token_id or 0
     train_split = task.train.sample(config.train_limit, seed=config.subset_seed)
     train = encode_split(tokenizer, train_split, task.labels, max_len=config.max_seq_len)

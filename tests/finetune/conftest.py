@@ -1,0 +1,42 @@
+"""Fixtures for fine-tuning tests: a synthetic sentiment task a 2-layer model can learn in seconds."""
+
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import pytest
+
+POSITIVE = ("good", "great", "fine", "lovely", "superb", "happy")
+NEGATIVE = ("bad", "awful", "poor", "sad", "boring", "ugly")
+FILLER = ("the", "film", "was", "a", "movie", "plot", "and", "very", "really", "story")
+
+
+def _rows(n: int, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.choice(("neg", "pos"))
+        words = [rng.choice(FILLER) for _ in range(rng.randint(2, 6))]
+        words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE if label == "pos" else NEGATIVE))
+        rows.append((" ".join(words), label))
+    return rows
+
+
+@pytest.fixture(scope="session")
+def synth_task_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("synth")
+    for name, rows in (("train.tsv", _rows(192, 1)), ("dev.tsv", _rows(64, 2))):
+        with open(d / name, "w", newline="") as f:
+            w = csv.writer(f, delimiter="\t")
+            w.writerow(["text", "label"])
+            w.writerows(rows)
+    return d
+
+
+@pytest.fixture(scope="session")
+def synth_task(synth_task_dir):
+    from edgenlp.data.tasks import load_task
+
+    return load_task(synth_task_dir)

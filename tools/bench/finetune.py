@@ -1,0 +1,207 @@
+"""Benchmark: cheap fine-tuning methods against full fine-tuning on MiniLM-L6 (not CI).
+
+Every (task, method, seed) runs ``edgenlp finetune`` in its own subprocess, so
+peak RSS is per run; all runs share one epoch count, thread count and
+sequence length. Writes ``tools/bench/results/finetune.json`` (all reports)
+and ``finetune.md`` (the table), updated after every run so a cut-short
+benchmark still leaves its numbers.
+
+    python tools/bench/finetune.py                     # default plan (~50 min on 2 cores)
+    python tools/bench/finetune.py --seeds 0 1 2 --epochs 3
+    python tools/bench/finetune.py --only full learner --tasks sst2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("bench.finetune")
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "tools" / "bench" / "results"
+
+# name -> (method, extra CLI args); the priming share is set per run from --priming-epochs.
+VARIANTS: dict[str, tuple[str, list[str]]] = {
+    "full": ("full", []),
+    "learner": ("learner", ["--priming-epochs", "{priming}"]),
+    "far": ("far", []),
+    "bitfit": ("bitfit", []),
+    "freeze-ffn": ("freeze-ffn", []),
+    "learner-no-priming": ("learner", ["--priming-epochs", "0"]),
+    "learner-rank-auto": ("learner", ["--rank", "auto", "--priming-epochs", "{priming}"]),
+}
+TASK_ARGS = {"sst2": ["--train-limit", "8000"], "banking77": []}
+
+
+def run_one(task: str, variant: str, seed: int, args, workdir: Path) -> dict:
+    method, extra = VARIANTS[variant]
+    extra = [a.format(priming=args.priming_epochs) for a in extra]
+    out = workdir / f"{task}-{variant}-{seed}"
+    report = workdir / f"{task}-{variant}-{seed}.json"
+    cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", task, "--method", method, *extra,
+           *TASK_ARGS[task], "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+           "--max-seq-len", str(args.max_seq_len), "--seed", str(seed), "--threads", str(args.threads),
+           "--out", str(out), "--json", str(report), "--quiet"]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    log.info("run: %s", " ".join(cmd[3:]))
+    t0 = time.perf_counter()
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{task}/{variant}/seed {seed} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    data = json.loads(report.read_text())
+    data["bench"] = {"task": task, "variant": variant, "seed": seed, "process_wall_s": round(time.perf_counter() - t0, 1)}
+    return data
+
+
+def _phase(report: dict, name: str) -> dict | None:
+    return next((p for p in report["phases"] if p["name"] == name), None)
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per (task, variant): mean and spread (max - min) over seeds."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["bench"]["task"], r["bench"]["variant"]), []).append(r)
+    rows = []
+    for (task, variant), rs in groups.items():
+        acc = [r["dev"]["accuracy"] * 100 for r in rs]
+        f1 = [r["dev"]["macro_f1"] * 100 for r in rs if "macro_f1" in r["dev"]]
+        main_phase = rs[0]["phases"][-1]  # the steady phase: learners-only / reconfigured / the only one
+        rows.append({
+            "task": task,
+            "variant": variant,
+            "seeds": [r["seed"] for r in rs],
+            "accuracy": statistics.mean(acc),
+            "accuracy_spread": max(acc) - min(acc),
+            "macro_f1": statistics.mean(f1) if f1 else None,
+            "trainable": main_phase["trainable_params"],
+            "trainable_percent": main_phase["trainable_percent"],
+            "trainable_peak": rs[0]["trainable_params"]["peak_count"],
+            "s_per_epoch": statistics.mean(statistics.mean(r["wall_s_per_epoch"]) for r in rs),
+            "step_s": statistics.mean(r["phases"][-1]["step_s"] for r in rs),
+            "phase_step_s": {p["name"]: p["step_s"] for p in rs[0]["phases"]},
+            "peak_rss_mb": statistics.mean(r["peak_rss_mb"] for r in rs),
+            "ranks": rs[0].get("learner", {}).get("ranks"),
+        })
+    return rows
+
+
+def targets(rows: list[dict]) -> list[str]:
+    by = {(r["task"], r["variant"]): r for r in rows}
+    out = []
+    for task in sorted({r["task"] for r in rows}):
+        full = by.get((task, "full"))
+        if not full:
+            continue
+        for variant, label in (("learner", "Learner (primed)"), ("far", "FAR")):
+            r = by.get((task, variant))
+            if not r:
+                continue
+            gap = full["accuracy"] - r["accuracy"]
+            step = r["step_s"] / full["step_s"]
+            line = f"{task}: {label} accuracy {r['accuracy']:.2f} vs full {full['accuracy']:.2f} (gap {gap:+.2f} pt, target <= 1.0: {'met' if gap <= 1.0 else 'MISSED'})"
+            if variant == "learner":
+                share = r["trainable"] / full["trainable"]
+                line += (f"; trainable {100 * share:.1f}% of full (target <= 10%: {'met' if share <= 0.10 else 'MISSED'})"
+                         f"; learner-phase step time {100 * step:.0f}% of full (target <= 75%: {'met' if step <= 0.75 else 'MISSED'})"
+                         f"; peak RSS {r['peak_rss_mb']:.0f} vs {full['peak_rss_mb']:.0f} MiB ({'lower' if r['peak_rss_mb'] < full['peak_rss_mb'] else 'NOT lower'})")
+            else:
+                line += f"; reconfigured step time {100 * step:.0f}% of full ({'lower' if step < 1 else 'NOT lower'})"
+            out.append(line)
+    return out
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [
+        "# Fine-tuning methods on MiniLM-L6",
+        "",
+        f"{meta['epochs']} epochs for every method (priming included), batch {meta['batch_size']}, max_seq_len "
+        f"{meta['max_seq_len']}, {meta['threads']} threads, seeds {meta['seeds']}; SST-2: seeded subset of 8,000 train rows, "
+        f"full dev; banking77: full train, full dev ({meta.get('rows', {})}). Accuracy is mean ± spread (max−min) over seeds. "
+        "Trainable = parameters trained in the steady phase (after priming); peak = most trained at once in any phase. "
+        "s/epoch counts training steps only (no eval); step s is the steady phase's mean step time.",
+        "",
+        f"Machine: {meta['cpu']}; shared with other jobs, so times carry noise.",
+        "",
+        "| task | method | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: (r["task"], list(VARIANTS).index(r["variant"]))):
+        f1 = f"{r['macro_f1']:.2f}" if r["macro_f1"] is not None else "–"
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phase_step_s"].items())
+        lines.append(f"| {r['task']} | {r['variant']} | {r['accuracy']:.2f} ± {r['accuracy_spread']:.2f} | {f1} | "
+                     f"{r['trainable']:,} | {r['trainable_percent']:.2f} | {r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | "
+                     f"{phases} | {r['peak_rss_mb']:.0f} |")
+    lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows)]
+    ranks = {r["task"]: r["ranks"] for r in rows if r["variant"] == "learner-rank-auto" and r["ranks"]}
+    if ranks:
+        lines += ["", "## Ranks chosen by `--rank auto`", ""]
+        for task, rk in ranks.items():
+            lines.append(f"- {task}: " + ", ".join(f"{k}={v}" for k, v in rk.items()))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="minilm-l6")
+    p.add_argument("--tasks", nargs="+", default=["sst2", "banking77"])
+    p.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--priming-epochs", type=float, default=0.25)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--max-seq-len", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
+    p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    sys.path.insert(0, str(ROOT))
+    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
+
+    env = environment()
+    meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
+            "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds,
+            "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "environment": env}
+    # Order: the main comparison first, so a cut-short run still answers it.
+    plan = [(t, v, s) for s in args.seeds for v in args.only for t in args.tasks]
+    runs, skipped = [], []
+    start = time.perf_counter()
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
+        for task, variant, seed in plan:
+            if args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60:
+                skipped.append(f"{task}/{variant}/{seed}")
+                continue
+            runs.append(run_one(task, variant, seed, args, Path(tmp)))
+            r = runs[-1]
+            meta.setdefault("rows", {})[task] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
+            log.info("%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, seed, r["dev"]["accuracy"],
+                     statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
+            rows = summarize(runs)
+            slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
+            atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows),
+                                                        "skipped": skipped, "runs": slim})
+            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta))
+    if skipped:
+        log.warning("skipped (budget): %s", ", ".join(skipped))
+        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": summarize(runs), "targets": targets(summarize(runs)),
+                                                    "skipped": skipped, "runs": [{k: v for k, v in r.items() if k != "environment"} for r in runs]})
+    log.info("done in %.1f min: %s", (time.perf_counter() - start) / 60, out.with_suffix(".md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,6 +25,9 @@ activation: XNNPACK ``Convert``, ORT ``DynamicQuantizeLinear``) belong to the
 operators; the difference between their time and the operators they contain
 is reported as ``runtime_overhead_ms``.
 
+A layer pruned to nothing (0 heads and FFN width 0) runs no linear, so its
+residual adds and norms land in the region of the linear before them.
+
 If the number of linear events differs from the plan the attribution is
 refused (:class:`AttributionError`) instead of guessed.
 """

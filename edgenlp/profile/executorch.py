@@ -47,20 +47,14 @@ def classify(name: str) -> EventKind | None:
     return EventKind.OP
 
 
-def lower(model, seq_len: int, batch: int, out: Path, *, vocab_size: int) -> Path:
-    """Export ``model`` (layer norms decomposed) at a fixed shape and lower it whole to XNNPACK."""
-    import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+def lower(model, seq_lens: tuple[int, ...], out: Path) -> Path:
+    """Lower ``model`` as a bundle would (:func:`edgenlp.export.executorch.to_pte`), one method per length."""
+    from edgenlp.export.executorch import to_pte
 
-    from edgenlp.export.graph import example_inputs, prepare
-
-    inputs = example_inputs(seq_len, batch=batch, vocab_size=vocab_size)
-    ep = torch.export.export(prepare(model), inputs)
-    prog = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
+    res = to_pte(model, buckets=tuple(sorted(set(seq_lens))))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(prog.buffer)
+    tmp.write_bytes(res.buffer)
     os.replace(tmp, out)
     return out
 
@@ -75,23 +69,32 @@ class ExecuTorchMeasurer:
     def __init__(self, *, timeout_s: float = 3600.0) -> None:
         self.timeout_s = timeout_s
 
-    def program_for(self, target: ProfileTarget, spec: MeasureSpec) -> Path:
-        if target.pte is not None:
-            return target.pte
-        if target.model is None or target.workdir is None:
-            raise ValueError("executorch profiling needs a .pte or a model and a workdir")
-        path = target.workdir / f"model_s{spec.seq_len}_b{spec.batch}.pte"
-        if not path.exists():
-            log.info("lowering %s to ExecuTorch/XNNPACK at seq %d", target.name, spec.seq_len)
-            lower(target.model, spec.seq_len, spec.batch, path, vocab_size=target.vocab_size)
-        return path
+    def program_for(self, target: ProfileTarget, spec: MeasureSpec) -> tuple[Path, str]:
+        """The program and method name that run ``spec.seq_len`` (lowering the model on first use)."""
+        if spec.batch != 1:
+            raise EdgeNLPError(f"executorch: methods take batch 1, got --batch {spec.batch}")
+        if target.pte is None:
+            if target.model is None or target.workdir is None:
+                raise ValueError("executorch profiling needs a .pte or a model and a workdir")
+            path = target.workdir / "model.pte"
+            seqs = tuple(target.seq_lens or (spec.seq_len,))
+            log.info("lowering %s to ExecuTorch/XNNPACK (methods for seq %s)", target.name, ", ".join(map(str, seqs)))
+            lower(target.model, seqs, path)
+            target.pte = path
+            target.pte_methods = {s: f"forward_{s}" for s in seqs}
+        method = target.pte_methods.get(spec.seq_len)
+        if method is None:
+            have = ", ".join(str(s) for s in sorted(target.pte_methods)) or "none"
+            raise EdgeNLPError(f"executorch: {target.pte} has no method for seq {spec.seq_len} (has: {have}); pick --seq-len from those")
+        return target.pte, method
 
     def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement:
-        pte = self.program_for(target, spec)
+        pte, method_name = self.program_for(target, spec)
         with tempfile.TemporaryDirectory(prefix="edgenlp-etdump-") as tmp:
             out = Path(tmp) / "result.json"
             args = {
                 "pte": str(pte),
+                "method": method_name,
                 "threads": spec.threads,
                 "runs": spec.runs,
                 "warmup": spec.warmup,

@@ -51,17 +51,20 @@ class ProfileTarget:
     ``model`` is an :class:`~edgenlp.models.encoder.EncoderClassifier` (None
     when only artifacts are known). ``pte``/``onnx`` point at artifacts to
     profile as they are; without them the measurers lower ``model`` into
-    ``workdir`` (one file per sequence length and batch).
+    ``workdir`` once, the way a bundle is exported (``.pte`` methods for every
+    length in ``seq_lens``, an ONNX model with a dynamic sequence axis).
     """
 
     name: str
     plan: LinearPlan
     vocab_size: int
     model: object | None = None
+    analysis_model: object | None = None  # module tree for the analytic counts (the model, or a bundle's shape)
     pte: Path | None = None
     onnx: Path | None = None
     workdir: Path | None = None
-    fixed_seq_len: int | None = None  # artifacts exported for one length only
+    seq_lens: tuple[int, ...] = ()  # every length this profile will ask for (lowering makes them all at once)
+    pte_methods: dict[int, str] = field(default_factory=dict)  # seq_len -> ExecuTorch method name
     info: dict = field(default_factory=dict)
 
 
@@ -98,6 +101,25 @@ class Measurement:
     def layer_component_runs(self) -> dict[tuple[int, str], np.ndarray]:
         return self._runs(lambda e: (e.layer, e.component) if e.layer is not None else None)
 
+    def central_runs(self) -> np.ndarray:
+        """Indices of the profiled runs whose total lies in the middle half (25th-75th percentile by rank)."""
+        n = len(self.profiled_total_ms)
+        order = np.argsort(np.asarray(self.profiled_total_ms, dtype=float), kind="stable")
+        lo, hi = n // 4, max(n // 4 + 1, n - n // 4)
+        return np.sort(order[lo:hi])
+
+    def component_latency(self) -> dict[str, float]:
+        """Per component, its mean time over the central runs (see :meth:`central_runs`).
+
+        On a shared machine a time slice lost to another process lands in a
+        random component of a random run: per-component medians then ignore
+        it while the end-to-end median includes it. Averaging each component
+        over the same middle-half runs keeps the components adding up to a
+        typical run and stays robust to outlier runs.
+        """
+        idx = self.central_runs()
+        return {c: float(np.mean(v[idx])) for c, v in self.component_runs().items()}
+
     def overhead_runs(self) -> np.ndarray:
         """Profiled total minus the attributed operators: runtime dispatch, delegate entry, hooks."""
         total = np.asarray(self.profiled_total_ms, dtype=float)
@@ -131,8 +153,9 @@ class EagerMeasurer:
     Each linear's own time is one event; the time between two consecutive
     marks (norms, residual adds, attention matmuls and softmax, activations)
     is a gap event attributed like any other operator. The hooked forwards
-    sum to their own wall time exactly; ``end_to_end_ms`` comes from separate
-    plain forwards so hook overhead shows up as the difference.
+    sum to their own wall time exactly; ``end_to_end_ms`` comes from plain
+    forwards without hooks, alternating with the hooked ones, so the cost of
+    recording shows up as the difference.
     """
 
     runtime = "eager"
@@ -150,36 +173,37 @@ class EagerMeasurer:
         old_threads = torch.get_num_threads()
         torch.set_num_threads(spec.threads)
         marks: list[tuple[float, str, str]] = []
-        handles = []
+
+        def hook(label: str, edge: str):
+            def fn(*_args):
+                marks.append((time.perf_counter(), edge, label))
+
+            return fn
+
+        def attach() -> list:
+            hs = [model.register_forward_pre_hook(hook("model", "start")), model.register_forward_hook(hook("model", "end"))]
+            for a in target.plan.anchors:
+                module = model.get_submodule(a.module)
+                hs += [module.register_forward_pre_hook(hook(a.module, "start")), module.register_forward_hook(hook(a.module, "end"))]
+            return hs
+
+        handles: list = []
         try:
             with torch.inference_mode():
                 for _ in range(spec.warmup):
                     model(*inputs)
-                e2e = []
-                for _ in range(spec.runs):
+                e2e, timelines = [], []
+                for _ in range(spec.runs):  # plain and hooked runs alternate so both see the same machine load
                     t0 = time.perf_counter()
                     model(*inputs)
                     e2e.append((time.perf_counter() - t0) * 1e3)
-
-                def hook(label: str, edge: str):
-                    def fn(*_args):
-                        marks.append((time.perf_counter(), edge, label))
-
-                    return fn
-
-                handles.append(model.register_forward_pre_hook(hook("model", "start")))
-                handles.append(model.register_forward_hook(hook("model", "end")))
-                for a in target.plan.anchors:
-                    module = model.get_submodule(a.module)
-                    handles.append(module.register_forward_pre_hook(hook(a.module, "start")))
-                    handles.append(module.register_forward_hook(hook(a.module, "end")))
-                for _ in range(spec.warmup or 1):
-                    model(*inputs)
-                timelines = []
-                for _ in range(spec.runs):
+                    handles = attach()
                     marks.clear()
                     model(*inputs)
                     timelines.append(list(marks))
+                    for h in handles:
+                        h.remove()
+                    handles = []
         finally:
             for h in handles:
                 h.remove()

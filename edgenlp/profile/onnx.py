@@ -44,19 +44,14 @@ def classify(op: str, input_shapes: list[list[int]]) -> EventKind:
     return EventKind.OP
 
 
-def export(model, seq_len: int, batch: int, out: Path, *, vocab_size: int) -> Path:
-    """Export ``model`` (native layer norms, which ORT fuses) at a fixed shape with ``torch.onnx.export``."""
-    import torch
+def export(model, max_seq_len: int, out: Path) -> Path:
+    """Export ``model`` as a bundle would (:func:`edgenlp.export.onnx.to_onnx`, dynamic batch and sequence)."""
+    from edgenlp.export.onnx import to_onnx
 
-    from edgenlp.export.graph import example_inputs, prepare
-
-    inputs = example_inputs(seq_len, batch=batch, vocab_size=vocab_size)
+    res = to_onnx(model, max_seq_len=max_seq_len)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.onnx")
-    torch.onnx.export(
-        prepare(model, decompose_norms=False), inputs, str(tmp),
-        input_names=["input_ids", "attention_mask"], output_names=["logits"], dynamo=True, verbose=False,
-    )  # fmt: skip
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(res.data)
     os.replace(tmp, out)
     return out
 
@@ -66,19 +61,22 @@ def _shapes(args: dict) -> list[list[int]]:
 
 
 def parse_profile(path: str | Path) -> tuple[list[list[dict]], list[float]]:
-    """Node events per run (execution order) and each run's ``model_run`` time in ms."""
+    """Node events per run (execution order) and each run's ``model_run`` time in ms.
+
+    A node belongs to the ``model_run`` whose time span contains its start.
+    """
+    import bisect
+
     records = json.loads(Path(path).read_text())
-    runs: list[list[dict]] = []
-    totals: list[float] = []
-    current: list[dict] = []
-    for r in sorted(records, key=lambda r: r.get("ts", 0)):
-        if r.get("cat") == "Node" and str(r.get("name", "")).endswith("_kernel_time"):
-            current.append(r)
-        elif r.get("cat") == "Session" and r.get("name") == "model_run":
-            runs.append(current)
-            totals.append(r["dur"] / 1e3)
-            current = []
-    return runs, totals
+    model_runs = sorted((r for r in records if r.get("cat") == "Session" and r.get("name") == "model_run"), key=lambda r: r["ts"])
+    starts = [r["ts"] for r in model_runs]
+    runs: list[list[dict]] = [[] for _ in model_runs]
+    nodes = (r for r in records if r.get("cat") == "Node" and str(r.get("name", "")).endswith("_kernel_time"))
+    for r in sorted(nodes, key=lambda r: r["ts"]):
+        k = bisect.bisect_right(starts, r["ts"]) - 1
+        if k >= 0 and r["ts"] <= model_runs[k]["ts"] + model_runs[k]["dur"]:
+            runs[k].append(r)
+    return runs, [r["dur"] / 1e3 for r in model_runs]
 
 
 class OnnxRuntimeMeasurer:
@@ -89,15 +87,13 @@ class OnnxRuntimeMeasurer:
     )
 
     def model_for(self, target: ProfileTarget, spec: MeasureSpec) -> Path:
-        if target.onnx is not None:
-            return target.onnx
-        if target.model is None or target.workdir is None:
-            raise ValueError("onnx profiling needs a .onnx or a model and a workdir")
-        path = target.workdir / f"model_s{spec.seq_len}_b{spec.batch}.onnx"
-        if not path.exists():
-            log.info("exporting %s to ONNX at seq %d", target.name, spec.seq_len)
-            export(target.model, spec.seq_len, spec.batch, path, vocab_size=target.vocab_size)
-        return path
+        if target.onnx is None:
+            if target.model is None or target.workdir is None:
+                raise ValueError("onnx profiling needs a .onnx or a model and a workdir")
+            longest = max(target.seq_lens or (spec.seq_len,))
+            log.info("exporting %s to ONNX (dynamic sequence up to %d)", target.name, longest)
+            target.onnx = export(target.model, longest, target.workdir / "model.onnx")
+        return target.onnx
 
     def _session(self, path: Path, threads: int, profile_prefix: str | None):
         import onnxruntime as ort
@@ -119,20 +115,19 @@ class OnnxRuntimeMeasurer:
 
         path = self.model_for(target, spec)
         ids, mask = example_inputs(spec.seq_len, batch=spec.batch, vocab_size=target.vocab_size)
-        sess = self._session(path, spec.threads, None)
-        names = [i.name for i in sess.get_inputs()]
+        plain = self._session(path, spec.threads, None)
+        names = [i.name for i in plain.get_inputs()]
         feed = dict(zip(names, (ids.numpy(), mask.numpy())))
-        for _ in range(spec.warmup):
-            sess.run(None, feed)
-        e2e = []
-        for _ in range(spec.runs):
-            t0 = time.perf_counter()
-            sess.run(None, feed)
-            e2e.append((time.perf_counter() - t0) * 1e3)
-        del sess
         with tempfile.TemporaryDirectory(prefix="edgenlp-ortprof-") as tmp:
             sess = self._session(path, spec.threads, str(Path(tmp) / "ort"))
-            for _ in range(spec.warmup + spec.runs):
+            for _ in range(spec.warmup):
+                plain.run(None, feed)
+                sess.run(None, feed)
+            e2e = []
+            for _ in range(spec.runs):  # plain and profiled runs alternate so both see the same machine load
+                t0 = time.perf_counter()
+                plain.run(None, feed)
+                e2e.append((time.perf_counter() - t0) * 1e3)
                 sess.run(None, feed)
             runs, totals = parse_profile(sess.end_profiling())
         runs, totals = runs[-spec.runs :], totals[-spec.runs :]

@@ -1,0 +1,55 @@
+"""Per-component profile of an encoder: analytic counts and measured latency on each runtime.
+
+``edgenlp profile MODEL_OR_BUNDLE`` (or :func:`edgenlp.profile.api.profile`)
+reports, for the rows of the classic BERT profiling table — ``embedding``,
+``attn_qkv`` (linear before attention), ``attn_core`` (QKᵀ, softmax, AV),
+``attn_out`` (linear after attention), ``ffn``, ``other`` (residual adds,
+layer norms, pooler and classifier head) — parameters, stored weight bytes,
+FLOPs, activation bytes and measured latency, each with its share of the total.
+
+Modules:
+  components   row names, module -> row mapping, the model's linear plan
+  storage      weight bytes at the stored precision (hooks for quantization/sparsity code)
+  analytic     params / bytes / FLOPs / activations from module shapes
+  attribution  runtime operator events -> rows, by anchoring on the linears
+  measure      the Measurer protocol, Measurement, the eager measurer
+  executorch   ETDump + Inspector measurer (XNNPACK per-operator events)
+  onnx         ONNX Runtime profiler measurer
+  api          ProfileConfig, profile(), document building
+  report       terminal/markdown tables and the PNG plot
+
+Document schema (one per (seq_len, threads); ``--json`` writes a list when
+there are several). Keys marked * are always present::
+
+    {
+      "schema": "edgenlp.profile/1",
+      "model"*: str, "source": str, "kind": "model" | "bundle",
+      "seq_len"*: int, "batch": int, "threads"*: int, "runs": int, "warmup": int,
+      "runtimes": [str],                       # eager, executorch, onnx (native later)
+      "shape": {"hidden", "heads": [per layer], "head_dim", "ffn": [per layer], "num_labels"},
+      "methods": {runtime: str},              # how latency was measured and attributed
+      "definitions": {column: str},           # what each column counts
+      "components"*: [
+        {"name"*: "embedding"|"attn_qkv"|"attn_core"|"attn_out"|"ffn"|"other",
+         "params"*: int, "flops"*: int, "weight_bytes"*: int, "activation_bytes"*: int,
+         "weight_format": "fp32" | "int8" | ...,
+         "latency_ms"*: {runtime: float},      # mean over the middle half of profiled runs
+         "latency_median_ms": {runtime: float}, "latency_p90_ms": {runtime: float},
+         "share_pct": {"params", "flops", "weight_bytes", "activation_bytes": float,
+                       "latency": {runtime: float}}},   # percent of the total
+        ...],
+      "total"*: {"params", "flops", "weight_bytes", "activation_bytes": int,
+                 "latency_ms": {runtime: float},        # median of plain end-to-end runs
+                 "latency_p90_ms": {runtime: float},
+                 "components_sum_ms": {runtime: float},
+                 "unattributed_ms": {runtime: float},    # total - components: dispatch, bindings, hooks
+                 "profiled_total_ms": {runtime: float}}, # median total of the profiled runs
+      "artifact_bytes": {file: int},          # bundles: model.pte / model.onnx sizes
+      "layers": [{"index": int, "components": [{name, params, flops, weight_bytes,
+                  activation_bytes, weight_format, latency_ms}]}],   # with --per-layer
+      "head": {...},                          # with --per-layer: pooler + classifier counts
+      "environment"*: {"cpu": {...}, "versions": {...}, "platform": str}
+    }
+
+Nothing is imported at package import time; import the submodules.
+"""

@@ -1,0 +1,324 @@
+"""``profile()``: analytic counts plus measured latency per component, as JSON-ready documents.
+
+See :mod:`edgenlp.profile` for the document schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from edgenlp.errors import EdgeNLPError
+from edgenlp.profile.analytic import AnalyticProfile, Counts, analyze
+from edgenlp.profile.components import COMPONENTS, LinearPlan
+from edgenlp.profile.measure import EagerMeasurer, Measurement, Measurer, MeasureSpec, ProfileTarget, median, p90
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "edgenlp.profile/1"
+RUNTIMES = ("eager", "executorch", "onnx", "native")
+OVERHEAD_ROW = "runtime_overhead"
+
+
+def _executorch() -> Measurer:
+    from edgenlp.profile.executorch import ExecuTorchMeasurer
+
+    return ExecuTorchMeasurer()
+
+
+def _onnx() -> Measurer:
+    from edgenlp.profile.onnx import OnnxRuntimeMeasurer
+
+    return OnnxRuntimeMeasurer()
+
+
+def _native() -> Measurer:
+    raise EdgeNLPError(
+        "runtime 'native' has no measurer yet: it needs `edgenlp-run --etdump FILE` from runtime/; "
+        "register one with edgenlp.profile.api.register_measurer('native', factory)"
+    )
+
+
+MEASURERS: dict[str, Callable[[], Measurer]] = {"eager": EagerMeasurer, "executorch": _executorch, "onnx": _onnx, "native": _native}
+
+
+def register_measurer(runtime: str, factory: Callable[[], Measurer]) -> None:
+    """Plug a measurer in (a native runner, a remote board). ``factory()`` returns a :class:`Measurer`."""
+    MEASURERS[runtime] = factory
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """What to profile: lengths, batch, runtimes, thread counts, runs per measurement, per-layer rows."""
+
+    seq_lens: tuple[int, ...] = (128,)
+    batch: int = 1
+    runtimes: tuple[str, ...] = ("eager",)
+    threads: tuple[int, ...] = (1,)
+    runs: int = 30
+    warmup: int = 3
+    per_layer: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seq_lens", tuple(int(s) for s in self.seq_lens))
+        object.__setattr__(self, "threads", tuple(int(t) for t in self.threads))
+        object.__setattr__(self, "runtimes", tuple(self.runtimes))
+        if not self.seq_lens or any(s < 1 for s in self.seq_lens):
+            raise ValueError(f"seq_lens must be positive integers, got {self.seq_lens}")
+        if not self.threads or any(t < 1 for t in self.threads):
+            raise ValueError(f"threads must be positive integers, got {self.threads}")
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1, got {self.batch}")
+        unknown = [r for r in self.runtimes if r not in MEASURERS]
+        if unknown:
+            raise ValueError(f"unknown runtime(s) {unknown}; choose from {sorted(MEASURERS)}")
+        if len(set(self.runtimes)) != len(self.runtimes):
+            raise ValueError(f"runtimes repeat: {self.runtimes}")
+        if self.runs < 1 or self.warmup < 0:
+            raise ValueError(f"runs must be >= 1 and warmup >= 0, got {self.runs}, {self.warmup}")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+# --------------------------------------------------------------------------- targets
+
+
+def _bundle_model(bundle):
+    """An :class:`EncoderClassifier` of the bundle's shape (for shapes and the plan; weights are not needed)."""
+    import torch
+
+    from edgenlp.models.encoder import EncoderClassifier, EncoderShape
+    from edgenlp.profile.storage import StorageMarker, mark_storage
+
+    try:
+        shape = EncoderShape.from_dict(bundle.manifest["model"]["shape"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise EdgeNLPError(f"{bundle.path}/manifest.json: model.shape is missing or invalid ({exc})") from exc
+    with torch.device("meta"):
+        model = EncoderClassifier(shape, len(bundle.labels), labels=bundle.labels)
+    marker = storage_marker_from_applied(bundle.manifest.get("applied", ()))
+    if marker is not None:
+        for layer in model.layers:
+            for part in ("query", "key", "value", "attn_out", "ffn_in", "ffn_out"):
+                mark_storage(getattr(layer, part), marker)
+        mark_storage(model.pooler, marker)
+        mark_storage(model.classifier, marker)
+    return model.eval()
+
+
+def storage_marker_from_applied(applied) -> "object | None":
+    """A weight-storage marker from a manifest's ``applied`` steps.
+
+    A step whose ``step`` names quantization (``"quantize"``, ``"ptq"``...) and
+    that gives ``weight_bits`` (or ``bits``; default 8) and optionally
+    ``group_size`` marks every linear as stored at that precision.
+    """
+    from edgenlp.profile.storage import StorageMarker
+
+    marker = None
+    for step in applied or ():
+        if not isinstance(step, dict) or "quant" not in str(step.get("step", "")):
+            continue
+        bits = int(step.get("weight_bits", step.get("bits", 8)))
+        group = step.get("group_size")
+        marker = StorageMarker(bits=bits, group_size=int(group) if group else None)
+    return marker
+
+
+@contextlib.contextmanager
+def open_target(spec: str | Path, *, labels: tuple[str, ...] | None = None, seq_lens: tuple[int, ...] = (),
+                workdir: str | Path | None = None) -> Iterator[ProfileTarget]:
+    """A :class:`ProfileTarget` for a model name/directory or a bundle directory.
+
+    Lowered artifacts for a model go to ``workdir`` (a temporary directory,
+    removed afterwards, when None).
+    """
+    path = Path(str(spec))
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-profile-"))
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        if path.is_dir() and (path / "manifest.json").is_file():
+            from edgenlp.export.bundle import Bundle
+
+            bundle = Bundle.open(path)
+            model = _bundle_model(bundle)
+            target = ProfileTarget(
+                name=str(bundle.manifest.get("model", {}).get("name", path.name)),
+                plan=LinearPlan.from_model(model),
+                vocab_size=model.shape.vocab_size,
+                model=None,
+                analysis_model=model,
+                pte=bundle.artifact("pte") if "pte" in bundle.formats else None,
+                onnx=bundle.artifact("onnx") if "onnx" in bundle.formats else None,
+                workdir=workdir,
+                seq_lens=tuple(seq_lens),
+                pte_methods={m.seq_len: m.name for m in bundle.pte_methods},
+                info={"source": str(path), "kind": "bundle", "applied": bundle.manifest.get("applied", []),
+                      "artifact_bytes": {k: v for k, v in bundle.manifest.get("sizes", {}).items() if k.startswith("model.")}},
+            )
+            yield target
+            return
+        from edgenlp.models.registry import load_model
+
+        model, info = load_model(spec, labels=labels)
+        target = ProfileTarget(
+            name=info.name, plan=LinearPlan.from_model(model), vocab_size=model.shape.vocab_size, model=model, analysis_model=model,
+            workdir=workdir, seq_lens=tuple(seq_lens), info={"source": info.source, "kind": "model", "pretrained": info.pretrained},
+        )  # fmt: skip
+        yield target
+
+
+# --------------------------------------------------------------------------- documents
+
+
+def _share(part: float, whole: float) -> float:
+    return round(100.0 * part / whole, 2) if whole else 0.0
+
+
+def _counts_row(c: Counts, total: Counts) -> dict:
+    d = c.to_dict()
+    d["share_pct"] = {k: _share(d[k], getattr(total, k)) for k in ("params", "flops", "weight_bytes", "activation_bytes")}
+    return d
+
+
+def build_document(target: ProfileTarget, analytic: AnalyticProfile, measurements: dict[str, Measurement],
+                   config: ProfileConfig, threads: int) -> dict:
+    """One profile document for one (sequence length, threads); see :mod:`edgenlp.profile` for the schema."""
+    from edgenlp.utils import environment
+
+    total = analytic.total
+    e2e = {rt: median(m.end_to_end_ms) for rt, m in measurements.items()}
+    comp_runs = {rt: m.component_runs() for rt, m in measurements.items()}
+    comp_lat = {rt: m.component_latency() for rt, m in measurements.items()}
+    rows = []
+    for name in COMPONENTS:
+        row = {"name": name, **_counts_row(analytic.components[name], total)}
+        row["latency_ms"] = {rt: round(comp_lat[rt][name], 4) for rt in measurements}
+        row["latency_median_ms"] = {rt: round(median(comp_runs[rt][name]), 4) for rt in measurements}
+        row["latency_p90_ms"] = {rt: round(p90(comp_runs[rt][name]), 4) for rt in measurements}
+        row["share_pct"]["latency"] = {rt: _share(row["latency_ms"][rt], e2e[rt]) for rt in measurements}
+        rows.append(row)
+    comp_sum = {rt: sum(r["latency_ms"][rt] for r in rows) for rt in measurements}
+    tot = total.to_dict()
+    tot.update(
+        latency_ms={rt: round(e2e[rt], 4) for rt in measurements},
+        latency_p90_ms={rt: round(p90(m.end_to_end_ms), 4) for rt, m in measurements.items()},
+        components_sum_ms={rt: round(v, 4) for rt, v in comp_sum.items()},
+        unattributed_ms={rt: round(e2e[rt] - comp_sum[rt], 4) for rt in measurements},
+        profiled_total_ms={rt: round(median(m.profiled_total_ms), 4) for rt, m in measurements.items()},
+    )
+    doc = {
+        "schema": SCHEMA,
+        "model": target.name,
+        "source": target.info.get("source"),
+        "kind": target.info.get("kind"),
+        "seq_len": analytic.seq_len,
+        "batch": analytic.batch,
+        "threads": threads,
+        "runs": config.runs,
+        "warmup": config.warmup,
+        "runtimes": list(measurements),
+        "shape": _shape_summary(target.analysis_model),
+        "methods": {rt: m.method for rt, m in measurements.items()},
+        "definitions": DEFINITIONS,
+        "components": rows,
+        "total": tot,
+    }
+    if "artifact_bytes" in target.info:
+        doc["artifact_bytes"] = target.info["artifact_bytes"]
+    if config.per_layer:
+        doc["layers"] = _layer_rows(analytic, measurements)
+        doc["head"] = analytic.head.to_dict()
+    doc["environment"] = environment()
+    return doc
+
+
+def _shape_summary(model) -> dict:
+    return {
+        "hidden": int(model.embeddings.word.embedding_dim),
+        "heads": [int(layer.num_heads) for layer in model.layers],
+        "head_dim": int(model.layers[0].head_dim) if len(model.layers) else None,
+        "ffn": [int(layer.ffn_in.out_features) for layer in model.layers],
+        "num_labels": int(model.classifier.out_features),
+    }
+
+
+DEFINITIONS = {
+    "flops": "matrix-multiply FLOPs (multiply-add = 2), as torch.utils.flop_counter counts them; gathers, norms, softmax, activations count 0",
+    "weight_bytes": "bytes of the weights at their stored precision (storage hook of edgenlp.profile.storage)",
+    "activation_bytes": "bytes of each component's outputs summed over layers (attention core: probabilities + context)",
+    "latency_ms": "component: its summed operator time averaged over the middle half of the profiled runs (ranked by run total), "
+    "so components add up to a typical run; latency_median_ms / latency_p90_ms: per-component median and p90 over all runs; "
+    "total: median (and p90) of separate plain end-to-end runs",
+    "other": "per-layer residual adds and layer norms, pooler and classifier head (the classifier, H*L+L params, is the only row content the classic BERT table lacks)",
+    "unattributed_ms": "end-to-end minus the sum of components: runtime dispatch, delegate entry, Python bindings, profiling hooks",
+}
+
+
+def _layer_rows(analytic: AnalyticProfile, measurements: dict[str, Measurement]) -> list[dict]:
+    per_rt = {rt: m.layer_component_runs() for rt, m in measurements.items()}
+    out = []
+    for i, row in enumerate(analytic.layers):
+        comps = []
+        for name, counts in row.items():
+            d = {"name": name, **counts.to_dict()}
+            d["latency_ms"] = {rt: round(median(per_rt[rt][(i, name)]), 4) if (i, name) in per_rt[rt] else 0.0 for rt in measurements}
+            comps.append(d)
+        out.append({"index": i, "components": comps})
+    return out
+
+
+def profile(spec: str | Path, config: ProfileConfig, *, labels: tuple[str, ...] | None = None,
+            workdir: str | Path | None = None) -> list[dict]:
+    """Profile a model name/directory or a bundle; one document per (seq_len, threads), in that order.
+
+    Raises :class:`EdgeNLPError` for an unknown model, a runtime the target
+    cannot run (eager on a bundle, a format the bundle lacks), or events that
+    cannot be attributed.
+    """
+    docs = []
+    with open_target(spec, labels=labels, seq_lens=config.seq_lens, workdir=workdir) as target:
+        shape_model = target.analysis_model
+        _check_runtimes(target, config)
+        measurers = {rt: MEASURERS[rt]() for rt in config.runtimes}
+        for seq in config.seq_lens:
+            if seq > shape_model.shape.max_positions:
+                raise EdgeNLPError(f"--seq-len {seq} exceeds the model's {shape_model.shape.max_positions} positions")
+            analytic = analyze(shape_model, seq_len=seq, batch=config.batch)
+            for threads in config.threads:
+                spec_ = MeasureSpec(seq_len=seq, batch=config.batch, threads=threads, runs=config.runs, warmup=config.warmup)
+                measured = {}
+                for rt, measurer in measurers.items():
+                    log.info("measuring %s on %s: seq %d, %d thread(s), %d runs", target.name, rt, seq, threads, config.runs)
+                    measured[rt] = measurer.measure(target, spec_)
+                docs.append(build_document(target, analytic, measured, config, threads))
+    return docs
+
+
+def _check_runtimes(target: ProfileTarget, config: ProfileConfig) -> None:
+    if target.model is None and "eager" in config.runtimes:
+        raise EdgeNLPError(f"{target.info.get('source')}: a bundle has no eager model; use --runtime executorch,onnx")
+    if target.model is None:
+        if "executorch" in config.runtimes and target.pte is None:
+            raise EdgeNLPError(f"{target.info.get('source')}: bundle has no model.pte; drop executorch from --runtime")
+        if "onnx" in config.runtimes and target.onnx is None:
+            raise EdgeNLPError(f"{target.info.get('source')}: bundle has no model.onnx; drop onnx from --runtime")
+
+
+def default_runtimes(spec: str | Path) -> tuple[str, ...]:
+    """``eager`` for a model; the formats a bundle carries for a bundle."""
+    path = Path(str(spec))
+    if path.is_dir() and (path / "manifest.json").is_file():
+        from edgenlp.export.bundle import Bundle
+
+        fmts = Bundle.open(path, verify=False).formats
+        return tuple(rt for fmt, rt in (("pte", "executorch"), ("onnx", "onnx")) if fmt in fmts)
+    return ("eager",)

@@ -1,0 +1,72 @@
+"""``edgenlp profile``: per-component parameters, FLOPs, memory and latency."""
+
+from __future__ import annotations
+
+import click
+
+from edgenlp.errors import EdgeNLPError
+
+
+def _ints(value: str, option: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise EdgeNLPError(f"{option} takes comma-separated integers, got {value!r}") from None
+    if not out or any(v < 1 for v in out):
+        raise EdgeNLPError(f"{option} takes positive integers, got {value!r}")
+    return out
+
+
+@click.command("profile")
+@click.argument("model_or_bundle")
+@click.option("--task", default=None, help="Task whose labels size the classifier head (model only).")
+@click.option("--seq-len", default="128", show_default=True, help="Sequence lengths, comma-separated (e.g. 32,128,512).")
+@click.option("--batch", default=1, show_default=True, type=int, help="Batch size.")
+@click.option("--runtime", "runtimes", default=None, help="Runtimes, comma-separated: eager, executorch, onnx, native. "
+              "Default: eager for a model, the bundle's formats for a bundle.")  # fmt: skip
+@click.option("--threads", default="1", show_default=True, help="Thread counts, comma-separated (e.g. 1,2).")
+@click.option("--runs", default=30, show_default=True, type=int, help="Timed runs per measurement (median and p90 over these).")
+@click.option("--warmup", default=3, show_default=True, type=int, help="Untimed warm-up runs per measurement.")
+@click.option("--json", "json_file", default=None, type=click.Path(dir_okay=False), help="Write the profile document(s) here.")
+@click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False), help="Write a PNG of the shares here.")
+@click.option("--per-layer", is_flag=True, help="Also show and record rows per encoder layer.")
+@click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Keep lowered .pte/.onnx here (default: a temporary dir).")
+def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, warmup, json_file, plot_file, per_layer, workdir):
+    """Profile MODEL_OR_BUNDLE per component: embedding, QKV, attention core, output projection, FFN, other.
+
+    \b
+    Analytic columns (params, FLOPs, weight and activation bytes) come from the
+    module shapes; latency is measured on each runtime and attributed per
+    component (median over --runs, p90 in the JSON).
+
+    \b
+    Examples:
+      edgenlp profile bert-base --seq-len 32,128,512
+      edgenlp profile minilm-l6 --runtime eager,executorch,onnx --threads 1,2 --plot minilm.png --json minilm.json
+      edgenlp profile out/minilm-sst2 --per-layer
+    """
+    from edgenlp.profile.api import ProfileConfig, default_runtimes, profile
+    from edgenlp.profile.report import plot, print_tables
+    from edgenlp.utils import atomic_write_json
+
+    labels = None
+    if task is not None:
+        from edgenlp.data.tasks import load_task
+
+        labels = load_task(task).labels
+    rts = tuple(r.strip() for r in runtimes.split(",") if r.strip()) if runtimes else default_runtimes(model_or_bundle)
+    try:
+        config = ProfileConfig(
+            seq_lens=_ints(seq_len, "--seq-len"), batch=batch, runtimes=rts, threads=_ints(threads, "--threads"),
+            runs=runs, warmup=warmup, per_layer=per_layer,
+        )  # fmt: skip
+    except ValueError as exc:
+        raise EdgeNLPError(str(exc)) from None
+    docs = profile(model_or_bundle, config, labels=labels, workdir=workdir)
+    print_tables(docs, per_layer=per_layer)
+    if json_file:
+        atomic_write_json(json_file, docs[0] if len(docs) == 1 else docs)
+        click.echo(f"wrote {json_file}")
+    if plot_file:
+        plot(docs, plot_file)
+        click.echo(f"wrote {plot_file}")

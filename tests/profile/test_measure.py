@@ -1,0 +1,103 @@
+"""Measured latency: attribution covers the whole forward on every runtime.
+
+These check a consistency property of the attribution (components add up to
+the end-to-end time), not speed. On a shared machine other processes add
+random delays to random runs, so the comparison uses the fastest runs (the
+least disturbed ones on both sides): the components of the fastest profiled
+run against the fastest plain end-to-end run. The reported document must
+add up exactly (components + unattributed = total).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from edgenlp.models.encoder import EncoderClassifier, EncoderShape
+from edgenlp.profile.api import ProfileConfig, build_document
+from edgenlp.profile.analytic import analyze
+from edgenlp.profile.components import COMPONENTS, LinearPlan
+from edgenlp.profile.measure import EagerMeasurer, MeasureSpec, ProfileTarget
+
+SEQ = 128
+
+
+def _target(model, tmp_path, name="m") -> ProfileTarget:
+    return ProfileTarget(
+        name=name, plan=LinearPlan.from_model(model), vocab_size=model.shape.vocab_size, model=model,
+        analysis_model=model, workdir=tmp_path, seq_lens=(SEQ,), info={"source": name, "kind": "model"},
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def small_model():
+    # big enough (about 0.5 GFLOP at seq 128) that fixed per-call costs stay well under 10 %
+    shape = EncoderShape.uniform(num_layers=2, hidden=256, num_heads=4, ffn=1024, vocab_size=2000, max_positions=128)
+    return EncoderClassifier(shape, 2).init_weights(seed=0).eval()
+
+
+def _measurers():
+    from edgenlp.profile.executorch import ExecuTorchMeasurer
+    from edgenlp.profile.onnx import OnnxRuntimeMeasurer
+
+    return {"eager": EagerMeasurer(), "onnx": OnnxRuntimeMeasurer(), "executorch": ExecuTorchMeasurer()}
+
+
+@pytest.fixture(scope="module")
+def small_target(small_model, tmp_path_factory):
+    return _target(small_model, tmp_path_factory.mktemp("small"))
+
+
+@pytest.mark.parametrize("runtime", ["eager", "onnx", "executorch"])
+def test_components_add_up_to_end_to_end(small_target, runtime):
+    measurer = _measurers()[runtime]
+    spec = MeasureSpec(seq_len=SEQ, runs=15, warmup=2)
+    misses = []
+    for _attempt in range(3):
+        m = measurer.measure(small_target, spec)
+        per_component = m.component_runs()
+        fastest = int(np.argmin(m.profiled_total_ms))
+        comp_sum = sum(float(v[fastest]) for v in per_component.values())
+        e2e = min(m.end_to_end_ms)
+        if abs(comp_sum - e2e) <= 0.10 * e2e:
+            break
+        misses.append((round(comp_sum, 3), round(e2e, 3)))
+    else:
+        pytest.fail(f"{runtime}: components of the fastest run vs fastest end-to-end run (ms), 3 attempts: {misses}")
+    doc = build_document(small_target, analyze(small_target.analysis_model, seq_len=SEQ), {runtime: m}, ProfileConfig(runtimes=(runtime,)), 1)
+    t = doc["total"]
+    assert t["components_sum_ms"][runtime] + t["unattributed_ms"][runtime] == pytest.approx(t["latency_ms"][runtime], abs=1e-3)
+    rows = {r["name"]: r for r in doc["components"]}
+    assert set(rows) == set(COMPONENTS)
+    for name in ("attn_qkv", "attn_core", "attn_out", "ffn"):
+        assert rows[name]["latency_ms"][runtime] > 0, name
+    assert doc["methods"][runtime]
+
+
+def test_uneven_pruned_model_on_every_runtime(tmp_path):
+    shape = EncoderShape(family="bert", vocab_size=500, hidden=64, heads=(2, 4, 0), head_dim=16, ffn=(64, 128, 32), max_positions=128)
+    model = EncoderClassifier(shape, 3).init_weights(seed=0).eval()
+    target = _target(model, tmp_path, "uneven")
+    measured = {rt: m.measure(target, MeasureSpec(seq_len=SEQ, runs=3, warmup=1)) for rt, m in _measurers().items()}
+    for rt, m in measured.items():
+        layers = {(e.layer, e.component) for e in m.events if e.layer is not None}
+        assert (2, "attn_qkv") not in layers and (2, "ffn") in layers, rt
+        assert (1, "attn_core") in layers, rt
+    doc = build_document(target, analyze(model, seq_len=SEQ), measured, ProfileConfig(runtimes=tuple(measured), per_layer=True), 1)
+    assert [layer["index"] for layer in doc["layers"]] == [0, 1, 2]
+    assert doc["shape"]["heads"] == [2, 4, 0]
+
+
+def test_quantized_model_eager(tmp_path):
+    shape = EncoderShape.uniform(num_layers=2, hidden=64, num_heads=4, ffn=128, vocab_size=500, max_positions=64)
+    model = EncoderClassifier(shape, 2).init_weights(seed=0).eval()
+    q = torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)
+    target = _target(q, tmp_path, "int8")
+    m = EagerMeasurer().measure(target, MeasureSpec(seq_len=32, runs=3, warmup=1))
+    doc = build_document(target, analyze(q, seq_len=32), {"eager": m}, ProfileConfig(), 1)
+    rows = {r["name"]: r for r in doc["components"]}
+    assert "int8" in rows["ffn"]["weight_format"]
+    assert rows["ffn"]["weight_bytes"] < 0.3 * 4 * rows["ffn"]["params"]  # int8 weights (+ fp32 biases and scales)
+    assert rows["ffn"]["latency_ms"]["eager"] > 0

@@ -98,3 +98,15 @@ def test_reference_shapes_and_unknown_model():
     assert not info.pretrained and model.shape.hidden == 256
     with pytest.raises(EdgeNLPError, match="unknown model 'no-such-model'"):
         load_model("no-such-model")
+
+
+def test_tokenizer_uses_the_vocabulary():
+    """Ids are line numbers of vocab.txt (a tokenizer built with an empty vocab maps everything to [UNK])."""
+    from edgenlp.models.registry import default_vocab_file
+    from edgenlp.models.tokenizer import build_tokenizer, encode
+
+    tok = build_tokenizer(default_vocab_file())
+    vocab = default_vocab_file().read_text(encoding="utf-8").splitlines()
+    ids, mask = encode(tok, ["Hello there, café!", "ok"], max_len=16)
+    assert [vocab[i] for i in ids[0][mask[0] == 1]] == ["[CLS]", "hello", "there", ",", "cafe", "!", "[SEP]"]
+    assert ids.shape == (2, 7) and mask[1].tolist() == [1, 1, 1, 0, 0, 0, 0]

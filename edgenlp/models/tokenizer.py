@@ -13,20 +13,32 @@ import numpy as np
 
 
 def build_tokenizer(vocab_file: str | Path, settings: dict | None = None):
+    """A ``BertTokenizerFast`` for ``vocab_file`` with the given settings.
+
+    The vocabulary is passed as ``vocab`` (transformers 5 silently ignores a
+    ``vocab_file=`` keyword and builds an empty vocabulary); the result is
+    checked so that ``[CLS]`` maps to its line number in ``vocab_file``.
+    """
     from transformers import BertTokenizerFast
 
     s = settings or {}
-    return BertTokenizerFast(
-        vocab_file=str(vocab_file),
+    cls_token = s.get("cls_token", "[CLS]")
+    tok = BertTokenizerFast(
+        vocab=str(vocab_file),
         do_lower_case=s.get("do_lower_case", True),
         strip_accents=s.get("strip_accents"),
         tokenize_chinese_chars=s.get("tokenize_chinese_chars", True),
         unk_token=s.get("unk_token", "[UNK]"),
         sep_token=s.get("sep_token", "[SEP]"),
         pad_token=s.get("pad_token", "[PAD]"),
-        cls_token=s.get("cls_token", "[CLS]"),
+        cls_token=cls_token,
         mask_token=s.get("mask_token", "[MASK]"),
     )
+    with open(vocab_file, encoding="utf-8") as f:
+        expected = next((i for i, line in enumerate(f) if line.rstrip("\n") == cls_token), None)
+    if expected is None or tok.convert_tokens_to_ids(cls_token) != expected:
+        raise ValueError(f"{vocab_file}: tokenizer does not use this vocabulary ({cls_token} missing or misplaced)")
+    return tok
 
 
 def token_ids(tokenizer, texts, *, max_len: int) -> list[list[int]]:

@@ -10,12 +10,15 @@ import logging
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.analytic import AnalyticProfile, Counts, analyze
 from edgenlp.profile.components import COMPONENTS, LinearPlan
 from edgenlp.profile.measure import EagerMeasurer, Measurement, Measurer, MeasureSpec, ProfileTarget, median, p90
+
+if TYPE_CHECKING:
+    from edgenlp.profile.storage import StorageMarker
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,8 @@ def _bundle_model(bundle):
     import torch
 
     from edgenlp.models.encoder import EncoderClassifier, EncoderShape
-    from edgenlp.profile.storage import StorageMarker, mark_storage
+    from edgenlp.models.families import LAYER_LINEARS
+    from edgenlp.profile.storage import mark_storage
 
     try:
         shape = EncoderShape.from_dict(bundle.manifest["model"]["shape"])
@@ -105,29 +109,47 @@ def _bundle_model(bundle):
     marker = storage_marker_from_applied(bundle.manifest.get("applied", ()))
     if marker is not None:
         for layer in model.layers:
-            for part in ("query", "key", "value", "attn_out", "ffn_in", "ffn_out"):
+            for part in LAYER_LINEARS:
                 mark_storage(getattr(layer, part), marker)
         mark_storage(model.pooler, marker)
         mark_storage(model.classifier, marker)
     return model.eval()
 
 
-def storage_marker_from_applied(applied) -> "object | None":
-    """A weight-storage marker from a manifest's ``applied`` steps.
+def storage_marker_from_applied(applied) -> "StorageMarker | None":
+    """A weight-storage marker for a bundle's linears from its manifest's ``applied`` steps.
 
-    A step whose ``step`` names quantization (``"quantize"``, ``"ptq"``...) and
-    that gives ``weight_bits`` (or ``bits``; default 8) and optionally
-    ``group_size`` marks every linear as stored at that precision.
+    Recognised: a step whose ``step`` names quantization (``"quantize"``,
+    ``"ptq"``, ...) giving ``weight_bits`` (or ``bits``, or a ``scheme`` such as
+    ``"int8"``/``"int4"``/``"8da4w"``) and optionally ``group_size``; and an
+    ``"export"`` step whose ``quantize`` field is a scheme other than
+    ``"none"``. The last such step wins. ``None`` when weights stay fp32.
     """
+    import re
+
     from edgenlp.profile.storage import StorageMarker
+
+    def bits_of(scheme: str) -> int | None:
+        m = re.search(r"(\d+)w\b", scheme) or re.search(r"int(\d+)", scheme)
+        return int(m.group(1)) if m else None
 
     marker = None
     for step in applied or ():
-        if not isinstance(step, dict) or "quant" not in str(step.get("step", "")):
+        if not isinstance(step, dict):
             continue
-        bits = int(step.get("weight_bits", step.get("bits", 8)))
+        name = str(step.get("step", ""))
+        scheme = str(step.get("scheme", step.get("quantize", "none") if name == "export" else ""))
+        if "quant" in name or name in ("ptq", "qat"):
+            bits = step.get("weight_bits", step.get("bits")) or bits_of(scheme) or 8
+        elif name == "export" and scheme not in ("", "none"):
+            bits = bits_of(scheme)
+            if bits is None:
+                log.warning("applied export step has quantize=%r: weight bytes reported as stored in the model", scheme)
+                continue
+        else:
+            continue
         group = step.get("group_size")
-        marker = StorageMarker(bits=bits, group_size=int(group) if group else None)
+        marker = StorageMarker(bits=int(bits), group_size=int(group) if group else None)
     return marker
 
 

@@ -30,7 +30,7 @@ def _ints(value: str, option: str) -> tuple[int, ...]:
 @click.option("--json", "json_file", default=None, type=click.Path(dir_okay=False), help="Write the profile document(s) here.")
 @click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False), help="Write a PNG of the shares here.")
 @click.option("--per-layer", is_flag=True, help="Also show and record rows per encoder layer.")
-@click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Keep lowered .pte/.onnx here (default: a temporary dir).")
+@click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Keep lowered .pte/.onnx here and reuse them while model, weights and lengths match (default: a temporary dir).")
 def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, warmup, json_file, plot_file, per_layer, workdir):
     """Profile MODEL_OR_BUNDLE per component: embedding, QKV, attention core, output projection, FFN, other.
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
-from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget
+from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget, cached_artifact, remember_artifact
 
 log = logging.getLogger(__name__)
 
@@ -77,9 +77,14 @@ class ExecuTorchMeasurer:
             if target.model is None or target.workdir is None:
                 raise ValueError("executorch profiling needs a .pte or a model and a workdir")
             path = target.workdir / "model.pte"
-            seqs = tuple(target.seq_lens or (spec.seq_len,))
-            log.info("lowering %s to ExecuTorch/XNNPACK (methods for seq %s)", target.name, ", ".join(map(str, seqs)))
-            lower(target.model, seqs, path)
+            seqs = tuple(sorted(set(target.seq_lens or (spec.seq_len,))))
+            key = {"format": "pte", "seq_lens": list(seqs)}
+            if cached_artifact(target, path, key):
+                log.info("reusing %s", path)
+            else:
+                log.info("lowering %s to ExecuTorch/XNNPACK (methods for seq %s)", target.name, ", ".join(map(str, seqs)))
+                lower(target.model, seqs, path)
+                remember_artifact(target, path, key)
             target.pte = path
             target.pte_methods = {s: f"forward_{s}" for s in seqs}
         method = target.pte_methods.get(spec.seq_len)

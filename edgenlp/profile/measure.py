@@ -136,6 +136,45 @@ class Measurer(Protocol):
     def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement: ...
 
 
+def cached_artifact(target: ProfileTarget, path: Path, key: dict) -> bool:
+    """Whether ``path`` in the workdir was lowered from this very model (same key) by an earlier profile.
+
+    The key holds the lowering parameters; the model's name, shape and a
+    fingerprint of its weights are added here. Call :func:`remember_artifact`
+    after writing ``path``.
+    """
+    import json
+
+    sidecar = path.with_name(path.name + ".key.json")
+    if not (path.exists() and sidecar.exists()):
+        return False
+    try:
+        return json.loads(sidecar.read_text()) == _artifact_key(target, key)
+    except (OSError, ValueError):
+        return False
+
+
+def remember_artifact(target: ProfileTarget, path: Path, key: dict) -> None:
+    import json
+
+    path.with_name(path.name + ".key.json").write_text(json.dumps(_artifact_key(target, key)))
+
+
+def _artifact_key(target: ProfileTarget, key: dict) -> dict:
+    import hashlib
+
+    import torch
+
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, t in target.model.state_dict().items():
+            h.update(name.encode())
+            if t.is_floating_point():
+                h.update(np.float64(t.double().sum().item()).tobytes())
+                h.update(np.float64(t.double().abs().sum().item()).tobytes())
+    return {**key, "model": target.name, "shape": target.model.shape.to_dict(), "weights": h.hexdigest()}
+
+
 def median(values) -> float:
     return float(np.median(np.asarray(values, dtype=float))) if len(values) else float("nan")
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
-from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget
+from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget, cached_artifact, remember_artifact
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,14 @@ class OnnxRuntimeMeasurer:
             if target.model is None or target.workdir is None:
                 raise ValueError("onnx profiling needs a .onnx or a model and a workdir")
             longest = max(target.seq_lens or (spec.seq_len,))
-            log.info("exporting %s to ONNX (dynamic sequence up to %d)", target.name, longest)
-            target.onnx = export(target.model, longest, target.workdir / "model.onnx")
+            path, key = target.workdir / "model.onnx", {"format": "onnx", "max_seq_len": longest}
+            if cached_artifact(target, path, key):
+                log.info("reusing %s", path)
+            else:
+                log.info("exporting %s to ONNX (dynamic sequence up to %d)", target.name, longest)
+                export(target.model, longest, path)
+                remember_artifact(target, path, key)
+            target.onnx = path
         return target.onnx
 
     def _session(self, path: Path, threads: int, profile_prefix: str | None):

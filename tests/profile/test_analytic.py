@@ -144,3 +144,19 @@ def test_canonical_parts_all_have_a_component():
     from edgenlp.profile.components import part_component
 
     assert {part_component(p) for p in LAYER_LINEARS} == {"attn_qkv", "attn_out", "ffn"}
+
+
+@pytest.mark.parametrize(
+    "applied,expected",
+    [
+        ([{"step": "export", "quantize": "none"}], None),
+        ([{"step": "quantize", "weight_bits": 8}], StorageMarker(bits=8)),
+        ([{"step": "export", "quantize": "int8"}], StorageMarker(bits=8)),
+        ([{"step": "ptq", "scheme": "8da4w", "group_size": 32}], StorageMarker(bits=4, group_size=32)),
+        ([{"step": "finetune"}], None),
+    ],
+)
+def test_bundle_storage_marker_from_applied_steps(applied, expected):
+    from edgenlp.profile.api import storage_marker_from_applied
+
+    assert storage_marker_from_applied(applied) == expected

@@ -101,3 +101,21 @@ def test_quantized_model_eager(tmp_path):
     assert "int8" in rows["ffn"]["weight_format"]
     assert rows["ffn"]["weight_bytes"] < 0.3 * 4 * rows["ffn"]["params"]  # int8 weights (+ fp32 biases and scales)
     assert rows["ffn"]["latency_ms"]["eager"] > 0
+
+
+def test_workdir_artifact_cache_follows_weights(tmp_path):
+    from edgenlp.profile.measure import cached_artifact, remember_artifact
+
+    shape = EncoderShape.uniform(num_layers=1, hidden=32, num_heads=2, ffn=64, vocab_size=100, max_positions=32)
+    model = EncoderClassifier(shape, 2).init_weights(seed=0).eval()
+    target = _target(model, tmp_path, "cache")
+    path = tmp_path / "model.pte"
+    path.write_bytes(b"x")
+    key = {"format": "pte", "seq_lens": [16]}
+    assert not cached_artifact(target, path, key)
+    remember_artifact(target, path, key)
+    assert cached_artifact(target, path, key)
+    assert not cached_artifact(target, path, {"format": "pte", "seq_lens": [16, 32]})
+    with torch.no_grad():
+        model.layers[0].ffn_in.weight[0, 0] += 1.0
+    assert not cached_artifact(target, path, key)

@@ -1,0 +1,125 @@
+"""Benchmark: the BERT per-component profile of bert-base and MiniLM-L6 on every runtime (not CI).
+
+For each model: sequence lengths 32/128/512, eager PyTorch, ExecuTorch (XNNPACK)
+and ONNX Runtime, 1 and 2 threads, through :func:`edgenlp.profile.api.profile`.
+Writes into ``tools/bench/results/``:
+
+  profile.json             {model: [profile documents]} (schema in edgenlp/profile/__init__.py)
+  profile.md               tables per (model, seq, threads) and the key shares
+  profile.<model>.png      stacked shares of params / FLOPs / latency
+
+Results are written after each model, so a cut-short run keeps what it has.
+
+    python tools/bench/profile.py                          # full plan
+    python tools/bench/profile.py --models minilm-l6 --seq-len 32,128 --runs 10
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# This file's name shadows the standard library's ``profile`` (which torch imports through
+# cProfile) when run as a script: drop the script's folder from the import path first.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import time  # noqa: E402
+
+ROOT = _HERE.parents[1]
+RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+log = logging.getLogger("bench.profile")
+
+
+def key_shares(docs: list[dict]) -> list[dict]:
+    """Per (seq, threads, runtime): the shares the classic table's findings talk about."""
+    out = []
+    for doc in docs:
+        c = {r["name"]: r for r in doc["components"]}
+        for rt in doc["runtimes"]:
+            out.append({
+                "seq_len": doc["seq_len"], "threads": doc["threads"], "runtime": rt,
+                "total_ms": doc["total"]["latency_ms"][rt],
+                "embedding_params_pct": c["embedding"]["share_pct"]["params"],
+                "qkv_over_out_params": c["attn_qkv"]["params"] / max(1, c["attn_out"]["params"]),
+                "qkv_over_out_flops": c["attn_qkv"]["flops"] / max(1, c["attn_out"]["flops"]),
+                "ffn_params_pct": c["ffn"]["share_pct"]["params"],
+                "ffn_flops_pct": c["ffn"]["share_pct"]["flops"],
+                "ffn_latency_pct": c["ffn"]["share_pct"]["latency"][rt],
+                "attn_core_flops_pct": c["attn_core"]["share_pct"]["flops"],
+                "attn_core_latency_pct": c["attn_core"]["share_pct"]["latency"][rt],
+                "embedding_latency_pct": c["embedding"]["share_pct"]["latency"][rt],
+                "unattributed_pct": round(100 * doc["total"]["unattributed_ms"][rt] / doc["total"]["latency_ms"][rt], 2),
+            })  # fmt: skip
+    return out
+
+
+def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, float]) -> None:
+    from edgenlp.profile.report import markdown, plot
+    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(RESULTS / "profile.json", {"config": vars(args), "seconds": seconds, "environment": environment(),
+                                                 "profiles": all_docs})  # fmt: skip
+    lines = [
+        "# Per-component profile (tools/bench/profile.py)",
+        "",
+        f"Runs per measurement: {args.runs} after {args.warmup} warm-up; latency cells are ms (share of the end-to-end median).",
+        "Component latency: mean over the middle half of the profiled runs; total: median of plain end-to-end runs.",
+        "`runtime overhead` = end-to-end minus the attributed operators (dispatch, delegate entry, bindings, hooks, noise).",
+        "",
+    ]
+    for model, docs in all_docs.items():
+        lines += [f"## {model}", "", f"Wall time of this model's benchmark: {seconds.get(model, 0):.0f} s", ""]
+        lines += ["### Key shares (%)", ""]
+        hdr = ["seq", "threads", "runtime", "total ms", "emb params", "FFN params", "FFN FLOPs", "FFN time",
+               "attn core FLOPs", "attn core time", "unattributed"]  # fmt: skip
+        lines += ["| " + " | ".join(hdr) + " |", "|" + "|".join(["---:"] * len(hdr)) + "|"]
+        for k in key_shares(docs):
+            lines.append("| " + " | ".join(str(x) for x in (
+                k["seq_len"], k["threads"], k["runtime"], f"{k['total_ms']:.1f}", k["embedding_params_pct"], k["ffn_params_pct"],
+                k["ffn_flops_pct"], k["ffn_latency_pct"], k["attn_core_flops_pct"], k["attn_core_latency_pct"], k["unattributed_pct"],
+            )) + " |")  # fmt: skip
+        lines += ["", "### Tables", "", markdown(docs), ""]
+        plot(docs, RESULTS / f"profile.{model}.png")
+    atomic_write_text(RESULTS / "profile.md", "\n".join(lines) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["bert-base", "minilm-l6"])
+    ap.add_argument("--seq-len", default="32,128,512")
+    ap.add_argument("--runtimes", default="eager,executorch,onnx")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--workdir", default=None, help="keep lowered artifacts here (default: temporary)")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("onnx_ir", "onnxscript", "torch", "executorch"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+    from edgenlp.profile.api import ProfileConfig, profile
+
+    config = ProfileConfig(
+        seq_lens=tuple(int(s) for s in args.seq_len.split(",")), runtimes=tuple(args.runtimes.split(",")),
+        threads=tuple(int(t) for t in args.threads.split(",")), runs=args.runs, warmup=args.warmup, per_layer=True,
+    )  # fmt: skip
+    all_docs: dict[str, list[dict]] = {}
+    seconds: dict[str, float] = {}
+    for model in args.models:
+        t0 = time.perf_counter()
+        workdir = Path(args.workdir) / model if args.workdir else None
+        all_docs[model] = profile(model, config, workdir=workdir)
+        seconds[model] = round(time.perf_counter() - t0, 1)
+        log.info("%s done in %.0f s", model, seconds[model])
+        write_results(all_docs, args, seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

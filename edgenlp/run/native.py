@@ -42,6 +42,10 @@ ERR_INVALID_UTF8 = 5
 ERR_MODEL = 6
 ERR_BUFFER_TOO_SMALL = 7
 ERR_NO_MODEL = 8
+
+# edgenlp_open_ex flags
+OPEN_SKIP_VERIFY = 1
+OPEN_LOAD_ALL_METHODS = 2
 _BUNDLE_ERRORS = (ERR_IO, ERR_BUNDLE, ERR_CHECKSUM, ERR_MODEL, ERR_NO_MODEL)
 
 _lib: ctypes.CDLL | None = None
@@ -101,6 +105,7 @@ def load_library() -> ctypes.CDLL:
             "edgenlp_version": (ctypes.c_int, []),
             "edgenlp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
             "edgenlp_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(h)]),
+            "edgenlp_open_ex": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(h)]),
             "edgenlp_close": (None, [h]),
             "edgenlp_last_error": (ctypes.c_char_p, [h]),
             "edgenlp_set_threads": (ctypes.c_int, [h, ctypes.c_int32]),
@@ -128,14 +133,20 @@ def _encode(text: str) -> bytes:
 
 
 class NativeHandle:
-    """An open bundle in libedgenlp. Not reentrant: calls are serialized by a lock."""
+    """An open bundle in libedgenlp. Not reentrant: calls are serialized by a lock.
 
-    def __init__(self, bundle_dir: str | Path) -> None:
+    ``verify=False`` skips the sha256 check of the bundle files
+    (EDGENLP_OPEN_SKIP_VERIFY); ``load_all_methods=True`` loads every bucket's
+    method at open instead of on first use (EDGENLP_OPEN_LOAD_ALL_METHODS).
+    """
+
+    def __init__(self, bundle_dir: str | Path, *, verify: bool = True, load_all_methods: bool = False) -> None:
         self._lib = load_library()
         self._lock = threading.Lock()
         self.path = Path(bundle_dir)
         self._h = ctypes.c_void_p()
-        status = self._lib.edgenlp_open(os.fsencode(str(bundle_dir)), ctypes.byref(self._h))
+        flags = (0 if verify else OPEN_SKIP_VERIFY) | (OPEN_LOAD_ALL_METHODS if load_all_methods else 0)
+        status = self._lib.edgenlp_open_ex(os.fsencode(str(bundle_dir)), flags, ctypes.byref(self._h))
         if status != OK:
             message = self._error()
             self.close()
@@ -216,8 +227,9 @@ class NativeRunner(Runner):
 
     name = "native"
 
-    def __init__(self, bundle, *, threads: int | None = None) -> None:
-        self.handle = NativeHandle(_bundle_dir(bundle))
+    def __init__(self, bundle, *, threads: int | None = None, verify: bool = True,
+                 load_all_methods: bool = False) -> None:
+        self.handle = NativeHandle(_bundle_dir(bundle), verify=verify, load_all_methods=load_all_methods)
         self.labels = self.handle.labels
         self.threads = threads
         if threads is not None:

@@ -58,7 +58,7 @@
 #include <stdint.h>
 
 #define EDGENLP_VERSION_MAJOR 0
-#define EDGENLP_VERSION_MINOR 1
+#define EDGENLP_VERSION_MINOR 2
 #define EDGENLP_VERSION_PATCH 0
 /* Encoded as MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define EDGENLP_VERSION \
@@ -99,14 +99,48 @@ EDGENLP_API const char* edgenlp_status_string(edgenlp_status status);
 
 /*
  * Open a bundle directory: read manifest.json, verify the sha256 of every
- * file it lists, load the vocabulary, labels and (when present) model.pte
- * with all its methods.
+ * file the runtime reads (vocabulary, labels.json, model.pte; other listed
+ * files such as model.onnx must exist but are not read), load the
+ * vocabulary, labels and (when present) the model.pte program, and check
+ * each method's signature. Same as edgenlp_open_ex(bundle_dir,
+ * EDGENLP_OPEN_DEFAULT, out).
+ *
+ * The program is used from the very bytes that were verified (one read-only
+ * mapping; the path is not opened a second time). Verification guards
+ * against corrupted or swapped files at rest; it cannot guard against a
+ * process that rewrites model.pte in place while the handle is open.
+ *
+ * A method (one per sequence-length bucket) is loaded the first time a text
+ * needs it: the first classify call of each bucket pays for XNNPACK's
+ * weight packing, and an error in a method's delegate data surfaces there
+ * as EDGENLP_ERR_MODEL. EDGENLP_OPEN_LOAD_ALL_METHODS moves all of that into
+ * the open call.
  *
  * On return *out is a handle even when opening failed (unless out is NULL or
  * memory ran out, then *out is NULL), so that edgenlp_last_error(*out) can
  * say why. Always release it with edgenlp_close().
  */
 EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle** out);
+
+/* Flags of edgenlp_open_ex, OR-ed together. */
+#define EDGENLP_OPEN_DEFAULT 0u
+/*
+ * Do not compute the sha256 of the bundle files (saves reading model.pte
+ * once, ~0.05-0.3 s for a 90 MB program depending on the CPU). Only for
+ * bundles whose integrity the application has already established, e.g.
+ * verified once at install time into storage no other app can write. The
+ * manifest is still checked, and a malformed program is still rejected by
+ * ExecuTorch's own checks, but a modified one is not detected.
+ */
+#define EDGENLP_OPEN_SKIP_VERIFY 1u
+/*
+ * Load every method at open instead of on first use: a slower open, no
+ * first-call delay per bucket, and every load error reported by the open.
+ */
+#define EDGENLP_OPEN_LOAD_ALL_METHODS 2u
+
+/* edgenlp_open with flags; unknown flag bits give EDGENLP_ERR_INVALID_ARGUMENT. Since 0.2. */
+EDGENLP_API edgenlp_status edgenlp_open_ex(const char* bundle_dir, uint32_t flags, edgenlp_handle** out);
 
 /* Release a handle. NULL is allowed. */
 EDGENLP_API void edgenlp_close(edgenlp_handle* handle);
@@ -116,7 +150,8 @@ EDGENLP_API const char* edgenlp_last_error(const edgenlp_handle* handle);
 
 /*
  * Set the number of ExecuTorch worker threads (>= 1). Process-wide, see
- * "Thread safety". Reloads the program's methods of this handle.
+ * "Thread safety". Unloads the loaded methods of every open handle; they
+ * load again on their next use (or here, with EDGENLP_OPEN_LOAD_ALL_METHODS).
  */
 EDGENLP_API edgenlp_status edgenlp_set_threads(edgenlp_handle* handle, int32_t threads);
 

@@ -1,8 +1,15 @@
 #include "bundle.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "json.h"
@@ -42,6 +49,75 @@ bool get_count(const json::Value* v, std::size_t* out) {
 
 }  // namespace
 
+std::shared_ptr<const FileBytes> FileBytes::open(const std::string& path, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *error = std::strerror(errno);
+    return nullptr;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    *error = std::strerror(errno);
+    return nullptr;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    *error = "not a regular file";
+    return nullptr;
+  }
+  std::shared_ptr<FileBytes> f(new FileBytes());
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0) return f;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (p != MAP_FAILED) {
+    f->map_ = p;
+    f->data_ = static_cast<const std::uint8_t*>(p);
+    f->size_ = size;
+    return f;
+  }
+  // No mmap (some file systems): read it.
+  f->heap_.resize(size);
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, f->heap_.data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = n < 0 ? std::strerror(errno) : "file shrank while being read";
+      return nullptr;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  f->data_ = f->heap_.data();
+  f->size_ = size;
+  return f;
+}
+
+FileBytes::~FileBytes() {
+  if (map_ != nullptr) ::munmap(map_, size_);
+}
+
+void FileBytes::will_read_sequentially() const {
+  if (map_ != nullptr) {
+    (void)::madvise(map_, size_, MADV_SEQUENTIAL);
+    (void)::madvise(map_, size_, MADV_WILLNEED);
+  }
+}
+
+void FileBytes::release(const void* p, std::size_t n) const {
+  if (map_ == nullptr || n == 0) return;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = std::max(reinterpret_cast<std::uintptr_t>(p), reinterpret_cast<std::uintptr_t>(data_));
+  const auto hi = std::min(reinterpret_cast<std::uintptr_t>(p) + n, reinterpret_cast<std::uintptr_t>(data_) + size_);
+  const std::uintptr_t first = (lo + page - 1) / page * page;
+  // the last partial page of the file counts as whole: nothing else lives there
+  const std::uintptr_t end = hi == reinterpret_cast<std::uintptr_t>(data_) + size_ ? (hi + page - 1) / page * page
+                                                                                     : hi / page * page;
+  if (end > first) (void)::madvise(reinterpret_cast<void*>(first), end - first, MADV_DONTNEED);
+}
+
 bool read_file(const std::string& path, std::string* out) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) return false;
@@ -55,7 +131,8 @@ bool read_file(const std::string& path, std::string* out) {
   }
 }
 
-BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string* error) {
+BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string* error,
+                         const BundleOptions& options) {
   *out = BundleInfo();
   std::string dir = dir_in;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
@@ -88,25 +165,43 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
   if (ver == nullptr || !ver->is_number() || ver->as_number() != 1)
     return invalid("\"format_version\" must be 1 (this runtime reads version 1)");
 
-  // files + checksums first: nothing else is read before it is verified.
+  // "files": names and digests first. Nothing is read before it is verified.
   const json::Value* files = m.get("files");
   if (files == nullptr || !files->is_object()) return invalid("\"files\" must map file names to sha256 hex");
   for (const auto& [name, digest] : files->as_object()) {
     if (!safe_relative(name)) return invalid("\"files\" entry '" + name + "' is not a relative path inside the bundle");
     if (!digest.is_string() || !is_hex64(digest.as_string()))
       return invalid("\"files\"[\"" + name + "\"] must be a 64-digit lowercase sha256 hex");
-    std::string actual;
-    const std::string path = dir + "/" + name;
-    if (!sha256_file(path, &actual)) {
-      *error = "bundle file " + path + " is missing or unreadable";
-      return BundleStatus::kIo;
-    }
-    if (actual != digest.as_string()) {
-      *error = "sha256 of " + path + " is " + actual + ", manifest says " + digest.as_string() +
-               " (file corrupted or modified)";
-      return BundleStatus::kChecksum;
-    }
   }
+  // Files are verified when first read (read_verified) and used from the
+  // verified bytes. A listed file this runtime never reads only has to exist.
+  std::map<std::string, std::shared_ptr<const FileBytes>> verified;
+  BundleStatus read_status = BundleStatus::kOk;
+  auto read_verified = [&](const std::string& name) -> std::shared_ptr<const FileBytes> {
+    if (auto it = verified.find(name); it != verified.end()) return it->second;
+    const std::string path = dir + "/" + name;
+    std::string why;
+    std::shared_ptr<const FileBytes> bytes = FileBytes::open(path, &why);
+    if (!bytes) {
+      *error = "bundle file " + path + " is missing or unreadable (" + why + ")";
+      read_status = BundleStatus::kIo;
+      return nullptr;
+    }
+    if (options.verify) {
+      const std::string& want = files->get(name)->as_string();
+      bytes->will_read_sequentially();
+      const std::string actual = sha256_hex(bytes->data(), bytes->size());
+      if (actual != want) {
+        *error = "sha256 of " + path + " is " + actual + ", manifest says " + want + " (file corrupted or modified)";
+        read_status = BundleStatus::kChecksum;
+        return nullptr;
+      }
+      // Hashing touched every page; give them back until they are used.
+      bytes->release(bytes->data(), bytes->size());
+    }
+    verified.emplace(name, bytes);
+    return bytes;
+  };
   auto listed = [&](const std::string& name) { return files->get(name) != nullptr; };
 
   // labels
@@ -118,9 +213,10 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
     out->labels.push_back(l.as_string());
   }
   if (listed("labels.json")) {
-    std::string ltext;
+    const auto lbytes = read_verified("labels.json");
+    if (!lbytes) return read_status;
     json::Value lv;
-    if (!read_file(dir + "/labels.json", &ltext) || !json::parse(ltext, &lv, &jerr) || !lv.is_array())
+    if (lbytes->size() > kMaxManifestBytes || !json::parse(std::string(lbytes->view()), &lv, &jerr) || !lv.is_array())
       return invalid("labels.json is not a JSON list");
     std::vector<std::string> from_file;
     for (const auto& l : lv.as_array()) from_file.push_back(l.is_string() ? l.as_string() : std::string());
@@ -138,6 +234,11 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
     return invalid("\"tokenizer.vocab\" must name the vocabulary file");
   if (!listed(vocab->as_string())) return invalid("\"tokenizer.vocab\" file is not listed in \"files\"");
   out->vocab_path = dir + "/" + vocab->as_string();
+  {
+    const auto vbytes = read_verified(vocab->as_string());
+    if (!vbytes) return read_status;
+    out->vocab_text.assign(vbytes->view());
+  }
   WordPieceConfig& tc = out->tokenizer;
   auto get_bool = [&](const char* key, bool* dst) -> bool {
     const json::Value* v = tok->get(key);
@@ -186,6 +287,8 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
       return invalid("\"artifacts.pte.file\" must name the .pte file");
     if (!listed(file->as_string())) return invalid("\"artifacts.pte.file\" is not listed in \"files\"");
     out->pte_path = dir + "/" + file->as_string();
+    out->pte = read_verified(file->as_string());
+    if (!out->pte) return read_status;
     const json::Value* methods = pte->get("methods");
     if (methods == nullptr || !methods->is_array() || methods->as_array().empty())
       return invalid("\"artifacts.pte.methods\" must list {name, seq_len} entries");
@@ -203,6 +306,15 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
     std::sort(out->methods.begin(), out->methods.end(),
               [](const MethodInfo& a, const MethodInfo& b) { return a.seq_len < b.seq_len; });
     if (out->methods.back().seq_len < 2) return invalid("\"artifacts.pte.methods\" seq_len must be >= 2");
+  }
+  for (const auto& [name, digest] : files->as_object()) {
+    if (verified.count(name) != 0) continue;
+    struct stat st;
+    const std::string path = dir + "/" + name;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      *error = "bundle file " + path + " is missing or unreadable";
+      return BundleStatus::kIo;
+    }
   }
   return BundleStatus::kOk;
 }

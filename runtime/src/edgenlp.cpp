@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
+#include <executorch/extension/data_loader/buffer_data_loader.h>
 #include <executorch/extension/module/module.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/executor/program.h>
@@ -40,8 +41,11 @@ using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
 using executorch::aten::TensorImpl;
 using executorch::extension::module::Module;
+using executorch::runtime::DataLoader;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::Result;
 
 std::once_flag g_init_once;
 // Guards the process-wide thread pool and the set of live handles.
@@ -87,6 +91,33 @@ void emit_log(et_timestamp_t, et_pal_log_level_t level, const char* filename, co
   }
 }
 
+// Serves the program from the bytes load_bundle verified (no second open of
+// the path). A freed segment, e.g. weights once XNNPACK has packed them,
+// gives its pages back like ExecuTorch's MmapDataLoader does.
+class VerifiedBytesLoader final : public DataLoader {
+ public:
+  explicit VerifiedBytesLoader(std::shared_ptr<const edgenlp::FileBytes> bytes) : bytes_(std::move(bytes)) {}
+
+  Result<FreeableBuffer> load(std::size_t offset, std::size_t size, const SegmentInfo&) const override {
+    if (offset > bytes_->size() || size > bytes_->size() - offset) return Error::InvalidArgument;
+    return FreeableBuffer(bytes_->data() + offset, size, &release, const_cast<edgenlp::FileBytes*>(bytes_.get()));
+  }
+
+  Error load_into(std::size_t offset, std::size_t size, const SegmentInfo&, void* buffer) const override {
+    if (buffer == nullptr || offset > bytes_->size() || size > bytes_->size() - offset) return Error::InvalidArgument;
+    std::memcpy(buffer, bytes_->data() + offset, size);
+    return Error::Ok;
+  }
+
+  Result<std::size_t> size() const override { return bytes_->size(); }
+
+ private:
+  static void release(void* context, void* data, std::size_t size) {
+    static_cast<const edgenlp::FileBytes*>(context)->release(data, size);
+  }
+  std::shared_ptr<const edgenlp::FileBytes> bytes_;
+};
+
 void ensure_runtime_init() {
   std::call_once(g_init_once, [] {
     // Leave a PAL that the host process registered (e.g. the ExecuTorch
@@ -107,6 +138,7 @@ struct edgenlp_handle {
   edgenlp::WordPiece tokenizer;
   bool tokenizer_ready = false;
   std::unique_ptr<Module> module;
+  std::uint32_t flags = EDGENLP_OPEN_DEFAULT;
   bool etdump = false;
   std::size_t classify_limit = 0;  // max tokens fed to the model
   std::vector<std::int64_t> ids;
@@ -122,13 +154,15 @@ struct edgenlp_handle {
     return EDGENLP_OK;
   }
 
-  // (Re)create the Module and load every method. Checks the method signatures
-  // against the bundle contract.
+  // (Re)create the Module and check every method's signature against the
+  // bundle contract. Methods are loaded (XNNPACK packs their weights) on first
+  // use, or all here with EDGENLP_OPEN_LOAD_ALL_METHODS. Caller holds g_mu.
   edgenlp_status load_module() {
     module.reset();
     std::unique_ptr<executorch::runtime::EventTracer> tracer;
     if (etdump) tracer = std::make_unique<executorch::etdump::ETDumpGen>();
-    module = std::make_unique<Module>(info.pte_path, Module::LoadMode::Mmap, std::move(tracer));
+    module = std::make_unique<Module>(std::make_unique<VerifiedBytesLoader>(info.pte), nullptr, nullptr,
+                                      std::move(tracer));
     const Error le = module->load(executorch::runtime::Program::Verification::InternalConsistency);
     if (le != Error::Ok) {
       module.reset();
@@ -168,18 +202,33 @@ struct edgenlp_handle {
                                             std::to_string(numel) + " logits, manifest has " +
                                             std::to_string(num_labels) + " labels");
       }
-      const Error me = module->load_method(m.name);
-      if (me != Error::Ok) {
-        module.reset();
-        return fail(EDGENLP_ERR_MODEL, info.pte_path + ": cannot load method '" + m.name + "' (" + et_error(me) + ")");
+    }
+    if (flags & EDGENLP_OPEN_LOAD_ALL_METHODS) {
+      for (const auto& m : info.methods) {
+        const edgenlp_status st = load_method(m);
+        if (st != EDGENLP_OK) {
+          module.reset();
+          return st;
+        }
       }
     }
     return ok();
   }
 
+  // Caller holds g_mu (method loading uses the process-wide thread pool).
+  edgenlp_status load_method(const edgenlp::MethodInfo& m) {
+    if (module->is_method_loaded(m.name)) return EDGENLP_OK;
+    const Error me = module->load_method(m.name);
+    if (me != Error::Ok)
+      return fail(EDGENLP_ERR_MODEL, info.pte_path + ": cannot load method '" + m.name + "' (" + et_error(me) + ")");
+    return EDGENLP_OK;
+  }
+
   edgenlp_status open(const char* dir) {
     std::string err;
-    switch (edgenlp::load_bundle(dir, &info, &err)) {
+    edgenlp::BundleOptions options;
+    options.verify = (flags & EDGENLP_OPEN_SKIP_VERIFY) == 0;
+    switch (edgenlp::load_bundle(dir, &info, &err, options)) {
       case edgenlp::BundleStatus::kOk:
         break;
       case edgenlp::BundleStatus::kIo:
@@ -189,7 +238,9 @@ struct edgenlp_handle {
       case edgenlp::BundleStatus::kChecksum:
         return fail(EDGENLP_ERR_CHECKSUM, err);
     }
-    if (!tokenizer.load(info.vocab_path, info.tokenizer, &err)) return fail(EDGENLP_ERR_BUNDLE, err);
+    if (!tokenizer.load_from_string(info.vocab_text, info.tokenizer, &err))
+      return fail(EDGENLP_ERR_BUNDLE, info.vocab_path + ": " + err);
+    std::string().swap(info.vocab_text);
     tokenizer_ready = true;
     classify_limit = info.max_seq_len;
     if (!info.methods.empty()) classify_limit = std::min(classify_limit, info.methods.back().seq_len);
@@ -224,6 +275,10 @@ struct edgenlp_handle {
       }
     }
     if (method == nullptr) return fail(EDGENLP_ERR_INTERNAL, "no method fits " + std::to_string(n) + " tokens");
+    if (!module->is_method_loaded(method->name)) {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (load_method(*method) != EDGENLP_OK) return EDGENLP_ERR_MODEL;
+    }
     const std::size_t L = method->dynamic ? n : method->seq_len;
     input_ids.assign(L, tokenizer.pad_id());
     input_mask.assign(L, 0);
@@ -342,6 +397,10 @@ EDGENLP_API const char* edgenlp_status_string(edgenlp_status status) {
 }
 
 EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle** out) {
+  return edgenlp_open_ex(bundle_dir, EDGENLP_OPEN_DEFAULT, out);
+}
+
+EDGENLP_API edgenlp_status edgenlp_open_ex(const char* bundle_dir, uint32_t flags, edgenlp_handle** out) {
   if (out == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
   *out = nullptr;
   edgenlp_handle* h = new (std::nothrow) edgenlp_handle();
@@ -353,6 +412,14 @@ EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle**
       g_handles.insert(h);
     }
     if (bundle_dir == nullptr) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "bundle_dir is NULL");
+    constexpr std::uint32_t known = EDGENLP_OPEN_SKIP_VERIFY | EDGENLP_OPEN_LOAD_ALL_METHODS;
+    if ((flags & ~known) != 0)
+      return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "unknown edgenlp_open_ex flags 0x" + [&] {
+        char buf[16];
+        std::snprintf(buf, sizeof buf, "%x", static_cast<unsigned>(flags & ~known));
+        return std::string(buf);
+      }());
+    h->flags = flags;
     ensure_runtime_init();
     return h->open(bundle_dir);
   });

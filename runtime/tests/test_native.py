@@ -47,6 +47,44 @@ def test_native_runner_equals_executorch_python(tiny_bundle):
     np.testing.assert_allclose(logits, reference_logits(tiny_bundle, ids), rtol=1e-5, atol=1e-5)
 
 
+SENTENCES = [
+    "it 's a charming and often affecting journey . ",
+    "unflinchingly bleak and desperate ",
+    "the acting , costumes , music , cinematography and sound are all astounding given the production 's "
+    "austere locales . ",
+    "Hello, World! A naïve café-goer's résumé (2nd edition) — 中文 😀",
+    "It's not THAT bad... is it?!",
+]
+
+
+def _sst2_dev(n: int) -> list[str]:
+    from conftest import DATA
+
+    path = DATA / "sst2" / "dev.tsv"
+    if not path.is_file():
+        return []
+    from edgenlp.data.tasks import read_tsv
+
+    return list(read_tsv(path).texts)[:n]
+
+
+def test_native_runner_equals_executorch_runner_from_text(tiny_bundle):
+    """The whole text path: Python tokenizer + ExecuTorch pybindings vs native tokenizer + C++ runtime."""
+    from edgenlp.run.executorch import ExecuTorchRunner
+    from edgenlp.run.native import NativeRunner
+
+    texts = SENTENCES + _sst2_dev(16) + ["word " * 60]
+    et = ExecuTorchRunner(tiny_bundle, threads=1)
+    want_ids, want = et.token_ids(texts), et.predict_logits(texts)
+    with NativeRunner(tiny_bundle, threads=1) as runner:
+        got_ids, got = runner.token_ids(texts), runner.predict_logits(texts)
+    # a Python tokenizer with a broken vocabulary maps every word to [UNK]
+    assert sum(i == 100 for ids in want_ids for i in ids) < len(texts)
+    assert got_ids == want_ids
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert (got.argmax(1) == want.argmax(1)).all()
+
+
 def test_threads_do_not_change_results(tiny_bundle):
     from edgenlp.run.native import NativeRunner
 
@@ -174,3 +212,36 @@ def test_tokenize_cli(tiny_bundle):
     assert json.loads(r.output.splitlines()[-1])["ids"] == [101, 7592, 1010, 2088, 999, 102]
     r = CliRunner().invoke(main, ["tokenize", str(tiny_bundle)])
     assert r.exit_code == 2 and "no text given" in r.output
+
+
+def test_open_flags(tiny_bundle, tmp_path):
+    """Skipping verification opens a modified bundle; loading every method up front gives the same logits."""
+    from edgenlp.run.native import ERR_CHECKSUM, NativeRunner
+
+    texts = SENTENCES[:3] + ["word " * 60]
+    with NativeRunner(tiny_bundle, threads=1) as lazy:
+        want = lazy.predict_logits(texts)
+    with NativeRunner(tiny_bundle, threads=1, load_all_methods=True) as eager:
+        np.testing.assert_allclose(eager.predict_logits(texts), want, rtol=1e-6, atol=1e-6)
+    b = _copy(tiny_bundle, tmp_path / "modified")
+    (b / "labels.json").write_text('["0", "1"]\n')  # same labels, other bytes
+    with pytest.raises(Exception) as info:
+        NativeRunner(b)
+    assert info.value.status == ERR_CHECKSUM
+    with NativeRunner(b, threads=1, verify=False) as unverified:
+        np.testing.assert_allclose(unverified.predict_logits(texts), want, rtol=1e-6, atol=1e-6)
+
+
+def test_unread_listed_files_must_exist_but_are_not_hashed(tiny_bundle, tmp_path):
+    from edgenlp.run.native import ERR_IO, NativeRunner
+
+    b = _copy(tiny_bundle, tmp_path / "extra")
+    m = json.loads((b / "manifest.json").read_text())
+    m["files"]["model.onnx"] = "0" * 64  # a file this runtime never reads
+    (b / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(Exception) as info:
+        NativeRunner(b)
+    assert info.value.status == ERR_IO and "model.onnx" in str(info.value)
+    (b / "model.onnx").write_bytes(b"not read")
+    with NativeRunner(b, threads=1) as runner:
+        assert runner.predict_logits(["fine"]).shape == (1, 2)

@@ -2,6 +2,9 @@
 // CHECK prints the failing expression; the exit status is the failure count.
 //
 //   edgenlp_tests [BUNDLE_DIR]     BUNDLE_DIR enables the model tests
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -44,6 +47,57 @@ void test_sha256() {
     left -= n;
   }
   CHECK(c.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+// Every SHA-256 implementation the CPU can run gives the scalar reference's
+// digest: odd lengths around block and padding boundaries, unaligned starts
+// and uneven update() pieces.
+void test_sha256_impls() {
+  const std::vector<edgenlp::Sha256Impl> impls = edgenlp::sha256_impls();
+  CHECK(!impls.empty() && std::strcmp(impls.front().name, "scalar") == 0);
+  std::printf("sha256 implementations:");
+  for (const auto& impl : impls) std::printf(" %s", impl.name);
+  std::printf(" (default %s)\n", edgenlp::sha256_default_impl().name);
+  std::vector<std::uint8_t> data(200003);
+  std::uint32_t x = 2463534242u;
+  for (auto& b : data) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    b = static_cast<std::uint8_t>(x >> 11);
+  }
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n <= 300; ++n) lengths.push_back(n);
+  for (std::size_t n : {447u, 511u, 1023u, 4095u, 4097u, 65537u, 131071u, 199999u}) lengths.push_back(n);
+  const std::size_t pieces[] = {1, 3, 55, 63, 64, 65, 127, 1000, 1u << 30};
+  auto digest = [&](edgenlp::Sha256Compress fn, std::size_t off, std::size_t n, std::size_t piece) {
+    edgenlp::Sha256 h(fn);
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t take = std::min(piece, n - done);
+      h.update(data.data() + off + done, take);
+      done += take;
+    }
+    return h.hex_digest();
+  };
+  for (const auto& impl : impls) {
+    int bad = 0;
+    for (std::size_t n : lengths) {
+      for (std::size_t off : {0u, 1u, 3u}) {
+        const std::string want = digest(&edgenlp::sha256_compress_scalar, off, n, n + 1);
+        for (std::size_t piece : pieces) {
+          if (n > 4096 && piece < 55) continue;  // the long inputs only in large pieces
+          if (digest(impl.compress, off, n, piece) != want) ++bad;
+        }
+      }
+    }
+    if (bad != 0) std::fprintf(stderr, "sha256 %s: %d digests differ from scalar\n", impl.name, bad);
+    CHECK(bad == 0);
+    edgenlp::Sha256 abc(impl.compress);
+    abc.update("abc", 3);
+    CHECK(abc.hex_digest() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const std::string two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // FIPS 180-2, 2 blocks
+    edgenlp::Sha256 t(impl.compress);
+    t.update(two.data(), two.size());
+    CHECK(t.hex_digest() == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  }
 }
 
 void test_json() {
@@ -161,12 +215,27 @@ void test_bundle(const char* dir) {
     for (std::size_t j = 0; j < k; ++j) CHECK(std::abs(one[j] - batch[i * k + j]) < 1e-4f);
   }
   edgenlp_close(h);
+
+  // open_ex: unknown flags are rejected; skip-verify and load-all give the same results
+  CHECK(edgenlp_open_ex(dir, 0x80u, &h) == EDGENLP_ERR_INVALID_ARGUMENT);
+  CHECK(std::strstr(edgenlp_last_error(h), "unknown") != nullptr);
+  edgenlp_close(h);
+  for (std::uint32_t flags : {EDGENLP_OPEN_SKIP_VERIFY, EDGENLP_OPEN_LOAD_ALL_METHODS,
+                              EDGENLP_OPEN_SKIP_VERIFY | EDGENLP_OPEN_LOAD_ALL_METHODS}) {
+    h = nullptr;
+    CHECK(edgenlp_open_ex(dir, flags, &h) == EDGENLP_OK);
+    std::vector<float> again(3 * k);
+    CHECK(edgenlp_logits_batch(h, texts, lens, 3, again.data(), again.size()) == EDGENLP_OK);
+    for (std::size_t j = 0; j < again.size(); ++j) CHECK(std::abs(again[j] - batch[j]) < 1e-4f);
+    edgenlp_close(h);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   test_sha256();
+  test_sha256_impls();
   test_json();
   test_utf8();
   test_unicode();

@@ -7,6 +7,8 @@
 //   edgenlp-run BUNDLE --bench 50 --seq-len 128 --threads 2
 //                                                  latency median/p90, cold start, peak RSS as JSON
 //   edgenlp-run BUNDLE --etdump run.etdp "text"    also write an ExecuTorch ETDump
+//   --no-verify      skip the sha256 check of the bundle files (EDGENLP_OPEN_SKIP_VERIFY)
+//   --load-all       load every method at open (EDGENLP_OPEN_LOAD_ALL_METHODS)
 //
 // Exit status: 0 success, 2 bad usage or input (bundle, text), 1 runtime failure.
 #include <sys/resource.h>
@@ -26,7 +28,7 @@ namespace {
 
 const char* kUsage =
     "usage: edgenlp-run BUNDLE [TEXT ...] [--input FILE] [--json] [--tokenize] [--threads T]\n"
-    "                   [--bench N --seq-len L [--warmup W]] [--etdump FILE]\n";
+    "                   [--bench N --seq-len L [--warmup W]] [--etdump FILE] [--no-verify] [--load-all]\n";
 
 struct Options {
   std::string bundle;
@@ -39,6 +41,7 @@ struct Options {
   long seq_len = 0;
   long warmup = 3;
   std::string etdump;
+  uint32_t open_flags = EDGENLP_OPEN_DEFAULT;
 };
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -68,6 +71,10 @@ Options parse_args(int argc, char** argv) {
       std::exit(0);
     } else if (a == "--json") {
       o.json = true;
+    } else if (a == "--no-verify") {
+      o.open_flags |= EDGENLP_OPEN_SKIP_VERIFY;
+    } else if (a == "--load-all") {
+      o.open_flags |= EDGENLP_OPEN_LOAD_ALL_METHODS;
     } else if (a == "--tokenize") {
       o.tokenize = true;
     } else if (a == "--input") {
@@ -184,7 +191,7 @@ std::string text_of_length(Handle& h, long target) {
 int bench(const Options& o) {
   Handle h;
   const double t0 = now_ms();
-  h.check(edgenlp_open(o.bundle.c_str(), &h.h));
+  h.check(edgenlp_open_ex(o.bundle.c_str(), o.open_flags, &h.h));
   if (o.threads > 0) h.check(edgenlp_set_threads(h.h, o.threads));
   const double t_open = now_ms();
   const std::string text = text_of_length(h, o.seq_len);
@@ -235,7 +242,7 @@ int main(int argc, char** argv) {
   const Options o = parse_args(argc, argv);
   if (o.bench > 0) return bench(o);
   Handle h;
-  h.check(edgenlp_open(o.bundle.c_str(), &h.h));
+  h.check(edgenlp_open_ex(o.bundle.c_str(), o.open_flags, &h.h));
   if (o.tokenize) return tokenize(o, h);
   if (o.threads > 0) h.check(edgenlp_set_threads(h.h, o.threads));
   if (!o.etdump.empty()) h.check(edgenlp_enable_etdump(h.h));

@@ -1,0 +1,86 @@
+// SHA-256 compression with the x86 SHA extensions (SHA-NI). Compiled with
+// -msha -msse4.1; sha256.cpp only calls it after checking cpuid. Keep this
+// file free of other code: everything here may use those instructions.
+// Only <cstdint>/<cstddef> and intrinsics here: an inline function from a
+// standard header compiled with these flags could be the copy the linker keeps.
+#include <cstddef>
+#include <cstdint>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+namespace edgenlp {
+namespace {
+
+alignas(16) constexpr std::uint32_t kK[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+}  // namespace
+
+void sha256_compress_shani(std::uint32_t state[8], const std::uint8_t* data, std::size_t n);
+
+void sha256_compress_shani(std::uint32_t state[8], const std::uint8_t* data, std::size_t n) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  // state a..h -> the (ABEF, CDGH) register layout sha256rnds2 works on
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0])), 0xB1);  // CDAB
+  __m128i s1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4])), 0x1B);   // EFGH
+  __m128i s0 = _mm_alignr_epi8(tmp, s1, 8);     // ABEF
+  s1 = _mm_blend_epi16(s1, tmp, 0xF0);          // CDGH
+
+  for (; n > 0; --n, data += 64) {
+    const __m128i abef = s0, cdgh = s1;
+    __m128i m0 = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 0)), bswap);
+    __m128i m1 = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16)), bswap);
+    __m128i m2 = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 32)), bswap);
+    __m128i m3 = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 48)), bswap);
+
+    // Four rounds on the schedule words in `cur`; meanwhile extend the
+    // schedule: nxt gets its sha256msg2 step, prv its sha256msg1 step.
+#define EDGENLP_QROUND(g, cur, nxt, prv)                                                   \
+  do {                                                                                     \
+    __m128i msg = _mm_add_epi32(cur, _mm_load_si128(reinterpret_cast<const __m128i*>(&kK[4 * (g)]))); \
+    s1 = _mm_sha256rnds2_epu32(s1, s0, msg);                                               \
+    if ((g) >= 3 && (g) <= 14)                                                             \
+      nxt = _mm_sha256msg2_epu32(_mm_add_epi32(nxt, _mm_alignr_epi8(cur, prv, 4)), cur);   \
+    msg = _mm_shuffle_epi32(msg, 0x0E);                                                    \
+    s0 = _mm_sha256rnds2_epu32(s0, s1, msg);                                               \
+    if ((g) >= 1 && (g) <= 12) prv = _mm_sha256msg1_epu32(prv, cur);                      \
+  } while (0)
+    EDGENLP_QROUND(0, m0, m1, m3);
+    EDGENLP_QROUND(1, m1, m2, m0);
+    EDGENLP_QROUND(2, m2, m3, m1);
+    EDGENLP_QROUND(3, m3, m0, m2);
+    EDGENLP_QROUND(4, m0, m1, m3);
+    EDGENLP_QROUND(5, m1, m2, m0);
+    EDGENLP_QROUND(6, m2, m3, m1);
+    EDGENLP_QROUND(7, m3, m0, m2);
+    EDGENLP_QROUND(8, m0, m1, m3);
+    EDGENLP_QROUND(9, m1, m2, m0);
+    EDGENLP_QROUND(10, m2, m3, m1);
+    EDGENLP_QROUND(11, m3, m0, m2);
+    EDGENLP_QROUND(12, m0, m1, m3);
+    EDGENLP_QROUND(13, m1, m2, m0);
+    EDGENLP_QROUND(14, m2, m3, m1);
+    EDGENLP_QROUND(15, m3, m0, m2);
+#undef EDGENLP_QROUND
+    s0 = _mm_add_epi32(s0, abef);
+    s1 = _mm_add_epi32(s1, cdgh);
+  }
+
+  tmp = _mm_shuffle_epi32(s0, 0x1B);        // FEBA
+  s1 = _mm_shuffle_epi32(s1, 0xB1);         // DCHG
+  s0 = _mm_blend_epi16(tmp, s1, 0xF0);      // DCBA
+  s1 = _mm_alignr_epi8(s1, tmp, 8);         // HGFE
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), s0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), s1);
+}
+
+}  // namespace edgenlp
+#endif

@@ -40,3 +40,14 @@ def synth_task(synth_task_dir):
     from edgenlp.data.tasks import load_task
 
     return load_task(synth_task_dir)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models train fastest on one thread, and a busy machine does not stall them on thread barriers."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

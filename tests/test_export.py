@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import tiny_model
+from edgenlp_testing import tiny_model
 from edgenlp.errors import BundleError, ParityError
 from edgenlp.export.api import ExportConfig, export_bundle
 from edgenlp.export.bundle import Bundle

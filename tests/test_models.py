@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import tiny_model
+from edgenlp_testing import tiny_model
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderClassifier, EncoderShape
 from edgenlp.models.registry import NAMED_MODELS, load_model, save_pretrained

@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-RUNTIME = Path(__file__).resolve().parents[1]
-REPO = RUNTIME.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from make_test_bundle import MINILM_VOCAB, write_bundle  # noqa: E402
-
-HOST_BUILD = RUNTIME / "build" / "x86_64"
-DATA = REPO.parent / "shared" / "data"
-
-
-def build(*args: str) -> Path:
-    """Run runtime/build.sh with args; return the build dir it printed."""
-    if shutil.which("cmake") is None or shutil.which("g++") is None:
-        pytest.skip("cmake/g++ missing: run `bash runtime/setup_deps.sh --host`")
-    proc = subprocess.run(["bash", str(RUNTIME / "build.sh"), *args], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise AssertionError(f"runtime/build.sh {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+from native_testing import MINILM_VOCAB, build, write_bundle  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +32,3 @@ def hf_tokenizer():
     from transformers import BertTokenizerFast
 
     return BertTokenizerFast(str(MINILM_VOCAB), do_lower_case=True)
-
-
-def hf_ids(tok, texts, *, max_len: int) -> list[list[int]]:
-    return tok(list(texts), truncation=True, max_length=max_len)["input_ids"]

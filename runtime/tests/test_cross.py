@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from adversarial import ADVERSARIAL
-from conftest import build, hf_ids
+from native_testing import build, hf_ids
 
 pytestmark = pytest.mark.cross
 

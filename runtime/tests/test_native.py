@@ -58,7 +58,7 @@ SENTENCES = [
 
 
 def _sst2_dev(n: int) -> list[str]:
-    from conftest import DATA
+    from native_testing import DATA
 
     path = DATA / "sst2" / "dev.tsv"
     if not path.is_file():
@@ -74,7 +74,7 @@ def test_native_runner_equals_executorch_runner_from_text(tiny_bundle):
     from edgenlp.run.native import NativeRunner
 
     texts = SENTENCES + _sst2_dev(16) + ["word " * 60]
-    et = ExecuTorchRunner(tiny_bundle, threads=1)
+    et = ExecuTorchRunner(tiny_bundle)
     want_ids, want = et.token_ids(texts), et.predict_logits(texts)
     with NativeRunner(tiny_bundle, threads=1) as runner:
         got_ids, got = runner.token_ids(texts), runner.predict_logits(texts)

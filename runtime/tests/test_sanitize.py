@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import build
+from native_testing import build
 from test_native import CORRUPTIONS
 
 pytestmark = [pytest.mark.native, pytest.mark.slow]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from adversarial import ADVERSARIAL
-from conftest import DATA, hf_ids
+from native_testing import DATA, hf_ids
 
 pytestmark = pytest.mark.native
 

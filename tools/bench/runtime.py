@@ -2,14 +2,18 @@
 
 For one bundle (with model.pte and model.onnx), measured in one run:
   * latency per (seq_len, threads): edgenlp-run --bench (C++), ExecuTorch
-    pybindings, ONNX Runtime; medians and ratios against the ExecuTorch
-    Python runtime (the baseline measured in the same run);
-  * cold start (open bundle -> first result) for each runtime;
+    pybindings, ONNX Runtime, in --rounds interleaved rounds; medians and
+    ratios against the ExecuTorch Python runtime (the baseline measured in
+    the same rounds);
+  * cold start (open bundle -> first result, seq 128, 1 thread): --cold-runs
+    fresh processes per runtime, interleaved, median; native with and
+    without sha256 verification (ExecuTorch Python and ONNX Runtime verify
+    nothing; their import time is reported apart);
   * tokenizer throughput, native (ctypes, batch) vs BertTokenizerFast;
   * stripped sizes of libedgenlp + edgenlp-run and of the ExecuTorch
     libraries they load, per architecture built.
 
-    .venv/bin/python tools/bench/runtime.py --bundle out/minilm-sst2 [--iters 30] [--out tools/bench/results]
+    .venv/bin/python tools/bench/runtime.py --bundle out/minilm-sst2 [--iters 30] [--rounds 3] [--cold-runs 7]
 
 Writes runtime.json and runtime.md to --out.
 """
@@ -34,9 +38,11 @@ REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench.runtime")
 
 
-def run_native(run: Path, bundle: Path, *, seq_len: int, threads: int, iters: int) -> dict:
+def run_native(run: Path, bundle: Path, *, seq_len: int, threads: int, iters: int, warmup: int = 3,
+               extra: tuple[str, ...] = ()) -> dict:
     out = subprocess.run([str(run), str(bundle), "--bench", str(iters), "--seq-len", str(seq_len),
-                          "--threads", str(threads), "--warmup", "3"], capture_output=True, text=True, check=True)
+                          "--threads", str(threads), "--warmup", str(warmup), *extra],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
@@ -98,14 +104,13 @@ def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int)
 
 
 def tokenizer_throughput(bundle: Path) -> dict:
-    from transformers import BertTokenizerFast
-
     from edgenlp.data.tasks import default_data_dir, read_tsv
+    from edgenlp.models.tokenizer import build_tokenizer
     from edgenlp.run.native import NativeHandle
 
     texts = list(read_tsv(default_data_dir() / "sst2" / "dev.tsv").texts) * 5
     manifest = json.loads((bundle / "manifest.json").read_text())
-    hf = BertTokenizerFast(str(bundle / manifest["tokenizer"]["vocab"]), do_lower_case=True)
+    hf = build_tokenizer(bundle / manifest["tokenizer"]["vocab"], manifest["tokenizer"])
     handle = NativeHandle(bundle)
     nbytes = sum(len(t.encode()) for t in texts)
     res = {}
@@ -150,40 +155,87 @@ def sizes() -> dict:
     return out
 
 
+def med(values) -> float:
+    return float(statistics.median(values))
+
+
+def cold_start(run: Path, bundle: Path, *, runs: int, has_onnx: bool) -> dict:
+    """Open -> first result at seq 128, 1 thread: `runs` fresh processes per runtime, interleaved."""
+    kinds = {
+        "native": lambda: run_native(run, bundle, seq_len=128, threads=1, iters=1, warmup=0),
+        "native_no_verify": lambda: run_native(run, bundle, seq_len=128, threads=1, iters=1, warmup=0,
+                                               extra=("--no-verify",)),
+        "executorch_python": lambda: run_py(PY_ET, bundle, seq_len=128, threads=1, iters=1),
+    }
+    if has_onnx:
+        kinds["onnxruntime"] = lambda: run_py(PY_ORT, bundle, seq_len=128, threads=1, iters=1)
+    samples: dict[str, list[dict]] = {k: [] for k in kinds}
+    for i in range(runs):
+        for k, fn in kinds.items():
+            samples[k].append(fn())
+    out = {}
+    for k, rs in samples.items():
+        out[k] = {"cold_start_ms": med(r["cold_start_ms"] for r in rs),
+                  "runs_ms": [round(r["cold_start_ms"], 1) for r in rs],
+                  "peak_rss_kb": med(r["peak_rss_kb"] for r in rs)}
+        if "open_ms" in rs[0]:
+            out[k]["open_ms"] = med(r["open_ms"] for r in rs)
+        if "import_ms" in rs[0]:
+            out[k]["import_ms"] = med(r["import_ms"] for r in rs)
+    out["runs"] = runs
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per (seq_len, threads)")
+    ap.add_argument("--cold-runs", type=int, default=7, help="fresh processes per runtime for cold start")
     ap.add_argument("--seq-lens", default="32,128")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--out", type=Path, default=REPO / "tools/bench/results")
     args = ap.parse_args(argv)
     run = REPO / "runtime/build/x86_64/edgenlp-run"
-    if not run.exists():
-        subprocess.run(["bash", str(REPO / "runtime/build.sh")], check=True)
+    subprocess.run(["bash", str(REPO / "runtime/build.sh")], check=True, capture_output=True)
     has_onnx = (args.bundle / "model.onnx").exists()
     rows = []
     for L in (int(x) for x in args.seq_lens.split(",")):
         for T in (int(x) for x in args.threads.split(",")):
             log.info("seq %d threads %d", L, T)
-            et = run_py(PY_ET, args.bundle, seq_len=L, threads=T, iters=args.iters)
-            nat = run_native(run, args.bundle, seq_len=L, threads=T, iters=args.iters)
-            ort = run_py(PY_ORT, args.bundle, seq_len=L, threads=T, iters=args.iters) if has_onnx else None
-            row = {"seq_len": L, "threads": T,
-                   "executorch_python": et, "native": {**nat["latency_ms"], "cold_start_ms": nat["cold_start_ms"],
-                                                       "peak_rss_kb": nat["peak_rss_kb"]},
-                   "onnxruntime": ort,
-                   "native_vs_executorch_python": nat["latency_ms"]["median"] / et["median"],
-                   "onnxruntime_vs_executorch_python": (ort["median"] / et["median"]) if ort else None}
+            ets, nats, orts = [], [], []
+            for _ in range(args.rounds):
+                ets.append(run_py(PY_ET, args.bundle, seq_len=L, threads=T, iters=args.iters))
+                nats.append(run_native(run, args.bundle, seq_len=L, threads=T, iters=args.iters))
+                if has_onnx:
+                    orts.append(run_py(PY_ORT, args.bundle, seq_len=L, threads=T, iters=args.iters))
+            et = {"median": med(r["median"] for r in ets), "p90": med(r["p90"] for r in ets),
+                  "peak_rss_kb": med(r["peak_rss_kb"] for r in ets), "round_medians": [r["median"] for r in ets]}
+            nat = {"median": med(r["latency_ms"]["median"] for r in nats), "p90": med(r["latency_ms"]["p90"] for r in nats),
+                   "peak_rss_kb": med(r["peak_rss_kb"] for r in nats),
+                   "round_medians": [r["latency_ms"]["median"] for r in nats]}
+            ort = ({"median": med(r["median"] for r in orts), "p90": med(r["p90"] for r in orts),
+                    "peak_rss_kb": med(r["peak_rss_kb"] for r in orts), "round_medians": [r["median"] for r in orts]}
+                   if orts else None)
+            row = {"seq_len": L, "threads": T, "executorch_python": et, "native": nat, "onnxruntime": ort,
+                   # median over rounds of the per-round ratio: each against the baseline of its own round
+                   "native_vs_executorch_python": med(n["latency_ms"]["median"] / e["median"] for n, e in zip(nats, ets)),
+                   "onnxruntime_vs_executorch_python": (med(o["median"] / e["median"] for o, e in zip(orts, ets))
+                                                        if orts else None)}
             rows.append(row)
-    result = {"bundle": str(args.bundle), "iters": args.iters, "machine": os.uname().machine,
-              "baseline": "executorch_python", "latency": rows,
-              "tokenizer": tokenizer_throughput(args.bundle), "sizes": sizes()}
+    log.info("cold start")
+    cold = cold_start(run, args.bundle, runs=args.cold_runs, has_onnx=has_onnx)
+    result = {"bundle": str(args.bundle), "iters": args.iters, "rounds": args.rounds, "machine": os.uname().machine,
+              "nproc": os.cpu_count(), "load_avg_at_end": os.getloadavg(), "baseline": "executorch_python",
+              "latency": rows, "cold_start": cold, "tokenizer": tokenizer_throughput(args.bundle), "sizes": sizes()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "runtime.json").write_text(json.dumps(result, indent=2))
-    md = ["# Native runtime benchmark", "", f"Bundle `{args.bundle}`, {args.iters} iterations, medians in ms; "
-          "ratio = runtime / ExecuTorch Python (same run).", "",
+    md = ["# Native runtime benchmark", "", f"Bundle `{args.bundle}`, {args.rounds} interleaved rounds of {args.iters} "
+          "iterations; latency in ms = median over rounds of each round's median; ratio = runtime / ExecuTorch "
+          "Python, median of the per-round ratios (each against the baseline measured in the same round). "
+          f"{os.cpu_count()} cores shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end): "
+          "compare ratios, not absolute times.", "",
           "| seq | threads | ExecuTorch Python | native (edgenlp-run) | ratio | ONNX Runtime | ratio | native RSS MB | ET-Python RSS MB |",
           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -192,11 +244,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['native']['median']:.2f} | {r['native_vs_executorch_python']:.2f} | "
                   f"{o['median'] if o else float('nan'):.2f} | {r['onnxruntime_vs_executorch_python'] or float('nan'):.2f} | "
                   f"{r['native']['peak_rss_kb'] / 1024:.0f} | {r['executorch_python']['peak_rss_kb'] / 1024:.0f} |")
-    md += ["", "Cold start (open bundle -> first result, ms, seq 128, 1 thread):", ""]
-    r = next((x for x in rows if x["seq_len"] == 128 and x["threads"] == 1), rows[0])
-    md.append(f"native {r['native']['cold_start_ms']:.1f}, ExecuTorch Python {r['executorch_python']['cold_start_ms']:.1f} "
-              f"(+ {r['executorch_python']['import_ms']:.0f} import), "
-              f"ONNX Runtime {r['onnxruntime']['cold_start_ms'] if r['onnxruntime'] else float('nan'):.1f}")
+    md += ["", f"Cold start (open bundle -> first result, seq 128, 1 thread; median of {cold['runs']} fresh processes "
+           "per runtime, interleaved):", "",
+           "| runtime | cold start ms | runs | peak RSS MB |", "|---|---|---|---|"]
+    names = {"native": "native (sha256 verified)", "native_no_verify": "native, EDGENLP_OPEN_SKIP_VERIFY",
+             "executorch_python": "ExecuTorch Python (no verification)", "onnxruntime": "ONNX Runtime (no verification)"}
+    for k, name in names.items():
+        if k not in cold:
+            continue
+        c = cold[k]
+        extra = f" (+ {c['import_ms']:.0f} ms imports before)" if "import_ms" in c else ""
+        md.append(f"| {name} | {c['cold_start_ms']:.1f}{extra} | {', '.join(f'{x:.0f}' for x in c['runs_ms'])} | "
+                  f"{c['peak_rss_kb'] / 1024:.0f} |")
     t = result["tokenizer"]
     md += ["", f"Tokenizer ({t['texts']} SST-2 dev texts): native {t['native']['texts_per_s']:.0f} texts/s "
            f"({t['native']['mb_per_s']:.1f} MB/s), HF fast batch {t['hf_fast_batch']['texts_per_s']:.0f} texts/s, "

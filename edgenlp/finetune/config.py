@@ -115,7 +115,8 @@ class LearnerConfig(_Serializable):
         if not isinstance(self.energy, (int, float)) or not 0.0 < self.energy <= 1.0:
             raise ValueError(f"energy must be in (0, 1], got {self.energy!r}")
         _check_int("budget", self.budget, minimum=1, allow_none=True)
-        if self.rank == "auto" and self.priming_steps == 0 or self.rank == "auto" and self.priming_steps is None and self.priming_epochs == 0:
+        no_priming = self.priming_steps == 0 or (self.priming_steps is None and self.priming_epochs == 0)
+        if self.rank == "auto" and no_priming:
             raise ValueError("rank='auto' needs priming (priming_epochs > 0 or priming_steps > 0) to measure the weight change")
 
     def priming_steps_for(self, steps_per_epoch: int) -> int:

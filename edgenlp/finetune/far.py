@@ -101,6 +101,7 @@ def reconfigure(layer: EncoderLayer, keep: torch.Tensor) -> SplitFFN:
     if type(layer) is not EncoderLayer:
         raise TypeError(f"expected an EncoderLayer, got {type(layer).__name__}")
     split = SplitFFN(layer.ffn_in, layer.ffn_out, keep, layer.act)
+    split.module_order = list(layer._modules)  # fold_back restores it, so state_dict order is unchanged
     del layer.ffn_in, layer.ffn_out
     layer.ffn = split
     layer.__class__ = ReconfiguredLayer
@@ -112,6 +113,8 @@ def fold_back(layer: EncoderLayer) -> None:
     if type(layer) is not ReconfiguredLayer:
         return
     ffn_in, ffn_out = layer.ffn.fold()
+    order = layer.ffn.module_order
     del layer.ffn
     layer.ffn_in, layer.ffn_out = ffn_in, ffn_out
+    layer._modules = {name: layer._modules[name] for name in order}
     layer.__class__ = EncoderLayer

@@ -6,14 +6,15 @@ sequence length. Writes ``tools/bench/results/finetune.json`` (all reports)
 and ``finetune.md`` (the table), updated after every run so a cut-short
 benchmark still leaves its numbers.
 
-    python tools/bench/finetune.py                     # default plan (~50 min on 2 cores)
-    python tools/bench/finetune.py --seeds 0 1 2 --epochs 3
+    python tools/bench/finetune.py --budget-min 50     # default plan, nothing new started after 50 min
+    python tools/bench/finetune.py --seeds 0 1 2 --epochs 3 --workdir /tmp/ftb   # rerun reuses finished runs
     python tools/bench/finetune.py --only full learner --tasks sst2
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +40,7 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "learner-no-priming": ("learner", ["--priming-epochs", "0"]),
     "learner-rank-auto": ("learner", ["--rank", "auto", "--priming-epochs", "{priming}"]),
 }
+MAIN = ("full", "learner", "far")  # the comparison the targets are about: run first
 TASK_ARGS = {"sst2": ["--train-limit", "8000"], "banking77": []}
 
 
@@ -47,6 +49,11 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path) -> dict:
     extra = [a.format(priming=args.priming_epochs) for a in extra]
     out = workdir / f"{task}-{variant}-{seed}"
     report = workdir / f"{task}-{variant}-{seed}.json"
+    if report.exists():  # finished by an earlier, interrupted invocation with the same --workdir
+        log.info("reuse: %s", report)
+        data = json.loads(report.read_text())
+        data["bench"] = {"task": task, "variant": variant, "seed": seed, "process_wall_s": None, "reused": True}
+        return data
     cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", task, "--method", method, *extra,
            *TASK_ARGS[task], "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
            "--max-seq-len", str(args.max_seq_len), "--seed", str(seed), "--threads", str(args.threads),
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
+    p.add_argument("--workdir", default=None, help="Keep per-run outputs here; reports already there are reused.")
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -175,12 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds,
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "environment": env}
-    # Order: the main comparison first, so a cut-short run still answers it.
-    plan = [(t, v, s) for s in args.seeds for v in args.only for t in args.tasks]
+    # Order: the main comparison first (task by task), so a cut-short run still answers it.
+    main_v = [v for v in args.only if v in MAIN]
+    extra_v = [v for v in args.only if v not in MAIN]
+    plan = [(t, v, s) for s in args.seeds for vs in (main_v, extra_v) for t in args.tasks for v in vs]
     runs, skipped = [], []
     start = time.perf_counter()
     out = Path(args.out)
-    with tempfile.TemporaryDirectory(prefix="bench-finetune-") as tmp:
+    if args.workdir:
+        Path(args.workdir).mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
         for task, variant, seed in plan:
             if args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60:
                 skipped.append(f"{task}/{variant}/{seed}")

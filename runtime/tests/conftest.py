@@ -29,6 +29,9 @@ def tok_bundle(tmp_path_factory, host_build) -> Path:
 
 @pytest.fixture(scope="session")
 def hf_tokenizer():
-    from transformers import BertTokenizerFast
+    """BertTokenizerFast over the MiniLM vocab, built like the Python runners build it (checked to use the vocab)."""
+    from edgenlp.models.tokenizer import build_tokenizer
 
-    return BertTokenizerFast(str(MINILM_VOCAB), do_lower_case=True)
+    tok = build_tokenizer(MINILM_VOCAB, {"do_lower_case": True})
+    assert tok("hello world")["input_ids"] == [101, 7592, 2088, 102]
+    return tok

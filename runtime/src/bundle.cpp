@@ -100,10 +100,9 @@ FileBytes::~FileBytes() {
 }
 
 void FileBytes::will_read_sequentially() const {
-  if (map_ != nullptr) {
-    (void)::madvise(map_, size_, MADV_SEQUENTIAL);
-    (void)::madvise(map_, size_, MADV_WILLNEED);
-  }
+  // Start reading it all in now. (Not MADV_SEQUENTIAL: the hint would stay
+  // on the mapping while ExecuTorch reads it in its own order.)
+  if (map_ != nullptr) (void)::madvise(map_, size_, MADV_WILLNEED);
 }
 
 void FileBytes::release(const void* p, std::size_t n) const {

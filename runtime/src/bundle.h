@@ -33,7 +33,7 @@ class FileBytes {
   const std::uint8_t* data() const { return data_; }
   std::size_t size() const { return size_; }
   std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
-  // Hint that the whole file is about to be read front to back.
+  // Hint that the whole file is about to be read.
   void will_read_sequentially() const;
   // Drop the resident pages wholly inside [p, p + n) from this process (a
   // mapping faults them back from the file on the next access; the bytes do

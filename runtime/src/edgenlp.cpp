@@ -15,7 +15,6 @@
 #include <vector>
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
-#include <executorch/extension/data_loader/buffer_data_loader.h>
 #include <executorch/extension/module/module.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/executor/program.h>

@@ -41,6 +41,7 @@ there are several). Keys marked * are always present::
       "total"*: {"params", "flops", "weight_bytes", "activation_bytes": int,
                  "latency_ms": {runtime: float},        # median of plain end-to-end runs
                  "latency_p90_ms": {runtime: float},
+                 "latency_min_ms": {runtime: float},     # fastest plain run: least disturbed on a shared machine
                  "components_sum_ms": {runtime: float},
                  "unattributed_ms": {runtime: float},    # total - components: dispatch, bindings, hooks
                  "profiled_total_ms": {runtime: float}}, # median total of the profiled runs

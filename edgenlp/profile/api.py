@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -184,6 +185,7 @@ def open_target(spec: str | Path, *, labels: tuple[str, ...] | None = None, seq_
                 seq_lens=tuple(seq_lens),
                 pte_methods={m.seq_len: m.name for m in bundle.pte_methods},
                 info={"source": str(path), "kind": "bundle", "applied": bundle.manifest.get("applied", []),
+                      "max_seq_len": bundle.max_seq_len,
                       "artifact_bytes": {k: v for k, v in bundle.manifest.get("sizes", {}).items() if k.startswith("model.")}},
             )
             yield target
@@ -233,6 +235,7 @@ def build_document(target: ProfileTarget, analytic: AnalyticProfile, measurement
     tot.update(
         latency_ms={rt: round(e2e[rt], 4) for rt in measurements},
         latency_p90_ms={rt: round(p90(m.end_to_end_ms), 4) for rt, m in measurements.items()},
+        latency_min_ms={rt: round(min(m.end_to_end_ms), 4) for rt, m in measurements.items()},  # least disturbed run
         components_sum_ms={rt: round(v, 4) for rt, v in comp_sum.items()},
         unattributed_ms={rt: round(e2e[rt] - comp_sum[rt], 4) for rt in measurements},
         profiled_total_ms={rt: round(median(m.profiled_total_ms), 4) for rt, m in measurements.items()},
@@ -259,7 +262,10 @@ def build_document(target: ProfileTarget, analytic: AnalyticProfile, measurement
     if config.per_layer:
         doc["layers"] = _layer_rows(analytic, measurements)
         doc["head"] = analytic.head.to_dict()
-    doc["environment"] = environment()
+    env = environment()
+    with contextlib.suppress(OSError):  # other processes' load makes timings noisy; record it with them
+        env["load_avg_1_5_15"] = [round(x, 2) for x in os.getloadavg()]
+    doc["environment"] = env
     return doc
 
 
@@ -314,6 +320,8 @@ def profile(spec: str | Path, config: ProfileConfig, *, labels: tuple[str, ...] 
         for seq in config.seq_lens:
             if seq > shape_model.shape.max_positions:
                 raise EdgeNLPError(f"--seq-len {seq} exceeds the model's {shape_model.shape.max_positions} positions")
+            if seq > target.info.get("max_seq_len", seq):
+                raise EdgeNLPError(f"--seq-len {seq} exceeds the bundle's max_seq_len {target.info['max_seq_len']}")
             analytic = analyze(shape_model, seq_len=seq, batch=config.batch)
             for threads in config.threads:
                 spec_ = MeasureSpec(seq_len=seq, batch=config.batch, threads=threads, runs=config.runs, warmup=config.warmup)

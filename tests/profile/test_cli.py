@@ -54,6 +54,7 @@ def test_cli_user_errors(tiny_model_dir, tiny_bundle):
         ([str(tiny_model_dir), "--seq-len", "4096"], "positions"),
         ([str(tiny_bundle), "--runtime", "eager"], "no eager model"),
         ([str(tiny_bundle), "--runtime", "executorch", "--seq-len", "20"], "no method for seq 20"),
+        ([str(tiny_bundle), "--runtime", "onnx", "--seq-len", "48"], "max_seq_len 32"),
         ([str(tiny_model_dir), "--runtime", "native"], "native"),
     ):
         res = runner.invoke(main, ["profile", *args])

@@ -71,6 +71,57 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path) -> dict:
     return data
 
 
+def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
+    """Mean optimizer-step time per method, steps taken round-robin in one process on the same batches.
+
+    On a machine shared with other jobs, separate runs see different load; here
+    each method's k-th step runs right after the others' k-th step, so load
+    hits all methods alike and the ratios hold even when the seconds do not.
+    Learner and FAR are timed in their steady phase (after priming).
+    """
+    import torch
+
+    from edgenlp.data.tasks import load_task
+    from edgenlp.finetune.config import FarConfig, FinetuneConfig, LearnerConfig
+    from edgenlp.finetune.methods import METHOD_TYPES
+    from edgenlp.finetune.trainer import collate, encode_split, load_tokenizer
+    from edgenlp.models.registry import load_model
+
+    torch.set_num_threads(args.threads)
+    data = load_task(task, data_dir=args.data_dir)
+    split = data.train.sample(8000, seed=0)
+    configs = {"full": FinetuneConfig(method="full"), "learner": FinetuneConfig(method="learner", learner=LearnerConfig(priming_steps=1)),
+               "far": FinetuneConfig(method="far", far=FarConfig()), "bitfit": FinetuneConfig(method="bitfit"),
+               "freeze-ffn": FinetuneConfig(method="freeze-ffn")}
+    runners = {}
+    enc = None
+    for name, cfg in configs.items():
+        model, info = load_model(args.model, labels=data.labels, seed=0)
+        if enc is None:
+            enc = encode_split(load_tokenizer(info), split, data.labels, max_len=args.max_seq_len)
+        method = METHOD_TYPES[cfg.method](model, cfg, total_steps=100, steps_per_epoch=50)
+        groups = method.phases()[-1].enter()  # steady phase (FAR reconfigures from an untrained delta: same shapes)
+        runners[name] = (model, torch.optim.AdamW(groups))
+        model.train()
+    g = torch.Generator().manual_seed(0)
+    perm = torch.randperm(len(enc), generator=g).tolist()
+    times: dict[str, list[float]] = {n: [] for n in runners}
+    for k in range(steps + 2):
+        ids, mask, labels = collate(enc, perm[k * args.batch_size:(k + 1) * args.batch_size], pad_id=0)
+        for name, (model, opt) in runners.items():
+            t0 = time.perf_counter()
+            torch.nn.functional.cross_entropy(model(ids, mask), labels).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if k >= 2:  # first steps allocate optimizer state
+                times[name].append(time.perf_counter() - t0)
+    out = {n: {"mean_s": statistics.mean(t), "median_s": statistics.median(t), "steps": len(t)} for n, t in times.items()}
+    for n in out:
+        out[n]["vs_full"] = out[n]["median_s"] / out["full"]["median_s"]
+    log.info("interleaved step times: %s", {n: round(v["vs_full"], 3) for n, v in out.items()})
+    return out
+
+
 def _phase(report: dict, name: str) -> dict | None:
     return next((p for p in report["phases"] if p["name"] == name), None)
 
@@ -104,8 +155,10 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def targets(rows: list[dict]) -> list[str]:
+def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
+    """Target checks; step-time ratios come from the interleaved timing (``steps``) when there is one."""
     by = {(r["task"], r["variant"]): r for r in rows}
+    ratio = {n: v["vs_full"] for n, v in (steps or {}).get("methods", {}).items()}
     out = []
     for task in sorted({r["task"] for r in rows}):
         full = by.get((task, "full"))
@@ -116,7 +169,7 @@ def targets(rows: list[dict]) -> list[str]:
             if not r:
                 continue
             gap = full["accuracy"] - r["accuracy"]
-            step = r["step_s"] / full["step_s"]
+            step = ratio.get(variant, r["step_s"] / full["step_s"])
             line = f"{task}: {label} accuracy {r['accuracy']:.2f} vs full {full['accuracy']:.2f} (gap {gap:+.2f} pt, target <= 1.0: {'met' if gap <= 1.0 else 'MISSED'})"
             if variant == "learner":
                 share = r["trainable"] / full["trainable"]
@@ -129,7 +182,7 @@ def targets(rows: list[dict]) -> list[str]:
     return out
 
 
-def markdown(rows: list[dict], meta: dict) -> str:
+def markdown(rows: list[dict], meta: dict, steps: dict | None = None) -> str:
     lines = [
         "# Fine-tuning methods on MiniLM-L6",
         "",
@@ -150,7 +203,13 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['task']} | {r['variant']} | {r['accuracy']:.2f} ± {r['accuracy_spread']:.2f} | {f1} | "
                      f"{r['trainable']:,} | {r['trainable_percent']:.2f} | {r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | "
                      f"{phases} | {r['peak_rss_mb']:.0f} |")
-    lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows)]
+    if steps:
+        lines += ["", f"## Step time, interleaved in one process ({steps['methods']['full']['steps']} steps each, "
+                  f"{steps['threads']} threads, batch {steps['batch_size']}, SST-2 batches)", "",
+                  "| method (steady phase) | median step s | vs full |", "|---|---|---|"]
+        for n, v in steps["methods"].items():
+            lines.append(f"| {n} | {v['median_s']:.3f} | {100 * v['vs_full']:.0f}% |")
+    lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows, steps)]
     ranks = {r["task"]: r["ranks"] for r in rows if r["variant"] == "learner-rank-auto" and r["ranks"]}
     if ranks:
         lines += ["", "## Ranks chosen by `--rank auto`", ""]
@@ -173,19 +232,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
     p.add_argument("--workdir", default=None, help="Keep per-run outputs here; reports already there are reused.")
+    p.add_argument("--report-only", action="store_true", help="Only rebuild the table from reports in --workdir.")
+    p.add_argument("--step-timing", type=int, default=0, metavar="STEPS",
+                   help="Only time STEPS interleaved steps per method in one process (writes <out>-steps.json).")
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    # tools/bench/profile.py would shadow the standard library's ``profile`` (torch imports cProfile).
+    here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, str(ROOT))
     from edgenlp.utils import atomic_write_json, atomic_write_text, environment
 
     env = environment()
+    if args.step_timing:
+        result = {"threads": args.threads, "batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
+                  "methods": interleaved_step_times(args, steps=args.step_timing), "environment": env}
+        atomic_write_json(Path(args.out + "-steps.json"), result)
+        return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds,
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "environment": env}
     # Order: the main comparison first (task by task), so a cut-short run still answers it.
     main_v = [v for v in args.only if v in MAIN]
     extra_v = [v for v in args.only if v not in MAIN]
+    steps_file = Path(args.out + "-steps.json")
+    steps = json.loads(steps_file.read_text()) if steps_file.exists() else None
     plan = [(t, v, s) for s in args.seeds for vs in (main_v, extra_v) for t in args.tasks for v in vs]
     runs, skipped = [], []
     start = time.perf_counter()
@@ -194,7 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
         for task, variant, seed in plan:
-            if args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60:
+            finished = Path(tmp) / f"{task}-{variant}-{seed}.json"
+            over = args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60
+            if over or (args.report_only and not finished.exists()):
                 skipped.append(f"{task}/{variant}/{seed}")
                 continue
             runs.append(run_one(task, variant, seed, args, Path(tmp)))
@@ -204,13 +278,13 @@ def main(argv: list[str] | None = None) -> int:
                      statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
             rows = summarize(runs)
             slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
-            atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows),
-                                                        "skipped": skipped, "runs": slim})
-            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta))
+            atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows, steps),
+                                                        "step_timing": steps, "skipped": skipped, "runs": slim})
+            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps))
     if skipped:
         log.warning("skipped (budget): %s", ", ".join(skipped))
-        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": summarize(runs), "targets": targets(summarize(runs)),
-                                                    "skipped": skipped, "runs": [{k: v for k, v in r.items() if k != "environment"} for r in runs]})
+        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": summarize(runs), "targets": targets(summarize(runs), steps),
+                                                    "step_timing": steps, "skipped": skipped, "runs": [{k: v for k, v in r.items() if k != "environment"} for r in runs]})
     log.info("done in %.1f min: %s", (time.perf_counter() - start) / 60, out.with_suffix(".md"))
     return 0
 

@@ -25,6 +25,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import time  # noqa: E402
 
@@ -98,6 +99,7 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workdir", default=None, help="keep lowered artifacts here (default: temporary)")
+    ap.add_argument("--merge", action="store_true", help="keep other models' results already in profile.json")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("onnx_ir", "onnxscript", "torch", "executorch"):
@@ -111,6 +113,11 @@ def main() -> int:
     )  # fmt: skip
     all_docs: dict[str, list[dict]] = {}
     seconds: dict[str, float] = {}
+    previous = RESULTS / "profile.json"
+    if args.merge and previous.exists():
+        old = json.loads(previous.read_text())
+        all_docs.update({m: d for m, d in old.get("profiles", {}).items() if m not in args.models})
+        seconds.update({m: s for m, s in old.get("seconds", {}).items() if m not in args.models})
     for model in args.models:
         t0 = time.perf_counter()
         workdir = Path(args.workdir) / model if args.workdir else None

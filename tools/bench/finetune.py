@@ -182,7 +182,8 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
     return out
 
 
-def markdown(rows: list[dict], meta: dict, steps: dict | None = None) -> str:
+def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, extra_steps: list[dict] = (),
+             skipped: list[str] = ()) -> str:
     lines = [
         "# Fine-tuning methods on MiniLM-L6",
         "",
@@ -192,7 +193,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None) -> str:
         "Trainable = parameters trained in the steady phase (after priming); peak = most trained at once in any phase. "
         "s/epoch counts training steps only (no eval); step s is the steady phase's mean step time.",
         "",
-        f"Machine: {meta['cpu']}; shared with other jobs, so times carry noise.",
+        f"Machine: {meta['cpu']}; shared with other jobs, so times carry noise. {meta.get('note') or ''}",
         "",
         "| task | method | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -203,13 +204,16 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None) -> str:
         lines.append(f"| {r['task']} | {r['variant']} | {r['accuracy']:.2f} ± {r['accuracy_spread']:.2f} | {f1} | "
                      f"{r['trainable']:,} | {r['trainable_percent']:.2f} | {r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | "
                      f"{phases} | {r['peak_rss_mb']:.0f} |")
-    if steps:
-        lines += ["", f"## Step time, interleaved in one process ({steps['methods']['full']['steps']} steps each, "
-                  f"{steps['threads']} threads, batch {steps['batch_size']}, SST-2 batches)", "",
+    for timing in [t for t in (steps, *extra_steps) if t]:
+        steps_ = timing
+        lines += ["", f"## Step time, interleaved in one process ({steps_['methods']['full']['steps']} steps each, "
+                  f"{steps_['threads']} threads, batch {steps_['batch_size']}, SST-2 batches)", "",
                   "| method (steady phase) | median step s | vs full |", "|---|---|---|"]
-        for n, v in steps["methods"].items():
+        for n, v in steps_["methods"].items():
             lines.append(f"| {n} | {v['median_s']:.3f} | {100 * v['vs_full']:.0f}% |")
     lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows, steps)]
+    if skipped:
+        lines += ["", "## Not run", "", "Left out for time (budget or --report-only): " + ", ".join(skipped) + "."]
     ranks = {r["task"]: r["ranks"] for r in rows if r["variant"] == "learner-rank-auto" and r["ranks"]}
     if ranks:
         lines += ["", "## Ranks chosen by `--rank auto`", ""]
@@ -232,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
     p.add_argument("--workdir", default=None, help="Keep per-run outputs here; reports already there are reused.")
+    p.add_argument("--note", default=None, help="A sentence added under the table header (e.g. machine load).")
     p.add_argument("--report-only", action="store_true", help="Only rebuild the table from reports in --workdir.")
     p.add_argument("--step-timing", type=int, default=0, metavar="STEPS",
                    help="Only time STEPS interleaved steps per method in one process (writes <out>-steps.json).")
@@ -251,17 +256,18 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(Path(args.out + "-steps.json"), result)
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
-            "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds,
+            "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds, "note": args.note,
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "environment": env}
     # Order: the main comparison first (task by task), so a cut-short run still answers it.
     main_v = [v for v in args.only if v in MAIN]
     extra_v = [v for v in args.only if v not in MAIN]
+    out = Path(args.out)
     steps_file = Path(args.out + "-steps.json")
     steps = json.loads(steps_file.read_text()) if steps_file.exists() else None
+    extra_steps = [json.loads(f.read_text()) for f in sorted(out.parent.glob(out.name + "-*thread-steps.json"))]
     plan = [(t, v, s) for s in args.seeds for vs in (main_v, extra_v) for t in args.tasks for v in vs]
     runs, skipped = [], []
     start = time.perf_counter()
-    out = Path(args.out)
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
     with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
@@ -280,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
             atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows, steps),
                                                         "step_timing": steps, "skipped": skipped, "runs": slim})
-            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps))
+            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps, extra_steps=extra_steps, skipped=skipped))
     if skipped:
-        log.warning("skipped (budget): %s", ", ".join(skipped))
+        log.warning("not run: %s", ", ".join(skipped))
+        atomic_write_text(out.with_suffix(".md"), markdown(summarize(runs), meta, steps, extra_steps=extra_steps, skipped=skipped))
         atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": summarize(runs), "targets": targets(summarize(runs), steps),
                                                     "step_timing": steps, "skipped": skipped, "runs": [{k: v for k, v in r.items() if k != "environment"} for r in runs]})
     log.info("done in %.1f min: %s", (time.perf_counter() - start) / 60, out.with_suffix(".md"))

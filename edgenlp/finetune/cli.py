@@ -105,12 +105,12 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
     show = not quiet and sys.stderr.isatty()
     result = finetune(net, info, data, config, show_progress=show)
     out = result.save(out_dir, info)
+    if json_file == "-":
+        click.echo(json.dumps(result.report, indent=2))
+    elif json_file:
+        atomic_write_json(json_file, result.report)
     dev = result.report["dev"]
     tp = result.report["trainable_params"]
     click.echo(f"{method}: dev accuracy {dev.get('accuracy', float('nan')):.4f}"
                + (f", macro-F1 {dev['macro_f1']:.4f}" if "macro_f1" in dev else "")
                + f"; trainable {tp['count']:,} ({tp['percent']:.2f}%); wrote {out}", err=True)
-    if json_file == "-":
-        click.echo(json.dumps(result.report, indent=2))
-    elif json_file:
-        atomic_write_json(json_file, result.report)

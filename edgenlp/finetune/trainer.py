@@ -43,7 +43,8 @@ class FinetuneResult:
         from edgenlp.models.registry import save_pretrained
 
         summary = {k: self.report[k] for k in ("method", "seed", "dev") if k in self.report}
-        out = save_pretrained(self.model, info, out_dir, extra={"finetune": summary})
+        step = {"step": "finetune", **self.report.get("config", {}), "dev": self.report.get("dev", {})}
+        out = save_pretrained(self.model, info, out_dir, extra={"finetune": summary, "applied": [*info.applied, step]})
         atomic_write_json(Path(out) / "finetune.json", self.report)
         return Path(out)
 
@@ -61,36 +62,11 @@ class Encoded:
 
 
 def load_tokenizer(info: ModelInfo):
-    """The model's tokenizer, checked against its ``vocab.txt``.
-
-    ``build_tokenizer`` currently passes ``vocab_file=`` by keyword, which the
-    transformers 5 fast tokenizer ignores (every word becomes ``[UNK]``). Until
-    that is fixed there, rebuild with the vocabulary passed positionally when
-    the check fails, so fine-tuning never trains on ``[UNK]`` soup.
-    """
+    """The model's WordPiece tokenizer (its ``vocab.txt``, or the default BERT vocabulary)."""
     from edgenlp.models.registry import default_vocab_file
     from edgenlp.models.tokenizer import build_tokenizer
 
-    vocab_file = Path(info.vocab_file) if info.vocab_file else default_vocab_file()
-    tok = build_tokenizer(vocab_file, info.tokenizer)
-    vocab = vocab_file.read_text(encoding="utf-8").splitlines()
-    if tok.cls_token in vocab and tok.convert_tokens_to_ids(tok.cls_token) == vocab.index(tok.cls_token):
-        return tok
-    from transformers import BertTokenizerFast
-
-    log.warning("tokenizer from %s ignores its vocabulary; rebuilding it with the vocabulary passed positionally", vocab_file)
-    s = info.tokenizer or {}
-    return BertTokenizerFast(
-        str(vocab_file),
-        do_lower_case=s.get("do_lower_case", True),
-        strip_accents=s.get("strip_accents"),
-        tokenize_chinese_chars=s.get("tokenize_chinese_chars", True),
-        unk_token=s.get("unk_token", "[UNK]"),
-        sep_token=s.get("sep_token", "[SEP]"),
-        pad_token=s.get("pad_token", "[PAD]"),
-        cls_token=s.get("cls_token", "[CLS]"),
-        mask_token=s.get("mask_token", "[MASK]"),
-    )
+    return build_tokenizer(Path(info.vocab_file) if info.vocab_file else default_vocab_file(), info.tokenizer)
 
 
 def encode_split(tokenizer, split: Split, labels: tuple[str, ...], *, max_len: int) -> Encoded:

@@ -188,5 +188,8 @@ def test_cli_writes_a_model_directory_with_finetune_json(tmp_path, synth_task_di
     assert report == json.loads((tmp_path / "r.json").read_text())
     assert report["learner"]["ranks"]["pooler"] == 3 and report["learner"]["ranks"]["layers.0.query"] == 2
     assert report["config"]["learner"]["ranks"] == [["pooler", 3]]
-    reloaded, _ = load_model(out)
+    reloaded, reloaded_info = load_model(out)
     assert reloaded.shape == model.shape
+    # the recipe travels with the model directory, and from there into a bundle's manifest
+    (step,) = reloaded_info.applied
+    assert step["step"] == "finetune" and step["method"] == "learner" and "accuracy" in step["dev"]

@@ -25,7 +25,7 @@ there are several). Keys marked * are always present::
       "schema": "edgenlp.profile/1",
       "model"*: str, "source": str, "kind": "model" | "bundle",
       "seq_len"*: int, "batch": int, "threads"*: int, "runs": int, "warmup": int,
-      "runtimes": [str],                       # eager, executorch, onnx (native later)
+      "runtimes": [str],                       # eager, executorch, onnx, native
       "shape": {"hidden", "heads": [per layer], "head_dim", "ffn": [per layer], "num_labels"},
       "methods": {runtime: str},              # how latency was measured and attributed
       "definitions": {column: str},           # what each column counts

@@ -41,10 +41,9 @@ def _onnx() -> Measurer:
 
 
 def _native() -> Measurer:
-    raise EdgeNLPError(
-        "runtime 'native' has no measurer yet: it needs `edgenlp-run --etdump FILE` from runtime/; "
-        "register one with edgenlp.profile.api.register_measurer('native', factory)"
-    )
+    from edgenlp.profile.native import NativeMeasurer
+
+    return NativeMeasurer()
 
 
 MEASURERS: dict[str, Callable[[], Measurer]] = {"eager": EagerMeasurer, "executorch": _executorch, "onnx": _onnx, "native": _native}

@@ -193,7 +193,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, extra_s
         "Trainable = parameters trained in the steady phase (after priming); peak = most trained at once in any phase. "
         "s/epoch counts training steps only (no eval); step s is the steady phase's mean step time.",
         "",
-        f"Machine: {meta['cpu']}; shared with other jobs, so times carry noise. {meta.get('note') or ''}",
+        f"Machine: {meta['cpu']}. {meta.get('note') or 'Shared with other jobs, so times carry noise.'}",
         "",
         "| task | method | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
         "|---|---|---|---|---|---|---|---|---|---|",

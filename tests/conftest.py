@@ -10,7 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from edgenlp_testing import tiny_model
+from edgenlp_testing import tiny_model, write_task_dir
 
 
 @pytest.fixture(scope="session")
@@ -23,14 +23,7 @@ def tiny_task_dir(tmp_path_factory) -> Path:
         ("the worst film of the year", "neg"),
     ]
     rows_dev = [("a joy to watch", "pos"), ("tedious", "neg"), ("not good , not bad", "neg")]
-    import csv
-
-    for name, rows in (("train.tsv", rows_train), ("dev.tsv", rows_dev)):
-        with open(d / name, "w", newline="") as f:
-            w = csv.writer(f, delimiter="\t")
-            w.writerow(["text", "label"])
-            w.writerows(rows)
-    return d
+    return write_task_dir(d, train=rows_train, dev=rows_dev)
 
 
 @pytest.fixture(scope="session")

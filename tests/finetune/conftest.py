@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import random
 from pathlib import Path
 
 import pytest
+from edgenlp_testing import write_task_dir
 
 POSITIVE = ("good", "great", "fine", "lovely", "superb", "happy")
 NEGATIVE = ("bad", "awful", "poor", "sad", "boring", "ugly")
@@ -27,12 +27,7 @@ def _rows(n: int, seed: int) -> list[tuple[str, str]]:
 @pytest.fixture(scope="session")
 def synth_task_dir(tmp_path_factory) -> Path:
     d = tmp_path_factory.mktemp("synth")
-    for name, rows in (("train.tsv", _rows(192, 1)), ("dev.tsv", _rows(64, 2))):
-        with open(d / name, "w", newline="") as f:
-            w = csv.writer(f, delimiter="\t")
-            w.writerow(["text", "label"])
-            w.writerows(rows)
-    return d
+    return write_task_dir(d, train=_rows(192, 1), dev=_rows(64, 2))
 
 
 @pytest.fixture(scope="session")

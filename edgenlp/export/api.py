@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -144,8 +145,6 @@ def export_bundle(
             artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
             seconds["onnx"] = res.seconds
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
-        import json
-
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")
         tok_settings = {**info.tokenizer, "vocab": "vocab.txt", "type": "wordpiece"}
         manifest = {

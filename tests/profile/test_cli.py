@@ -55,7 +55,7 @@ def test_cli_user_errors(tiny_model_dir, tiny_bundle):
         ([str(tiny_bundle), "--runtime", "eager"], "no eager model"),
         ([str(tiny_bundle), "--runtime", "executorch", "--seq-len", "20"], "no method for seq 20"),
         ([str(tiny_bundle), "--runtime", "onnx", "--seq-len", "48"], "max_seq_len 32"),
-        ([str(tiny_model_dir), "--runtime", "native"], "native"),
+        ([str(tiny_model_dir), "--runtime", "native", "--seq-len", "16"], "native runtime profiles bundles"),
     ):
         res = runner.invoke(main, ["profile", *args])
         assert res.exit_code == 2, (args, res.output)

@@ -19,7 +19,6 @@ def run(args: dict) -> dict:
 
     _unsafe_reset_threadpool(int(args["threads"]))  # before any load_program
 
-    from executorch.devtools import Inspector
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
@@ -45,17 +44,24 @@ def run(args: dict) -> dict:
         method.execute([ids, mask])
     etdump = work / "etdump.etdp"
     program.write_etdump_result_to_file(str(etdump), str(work / "debug.bin"))
-    df = Inspector(etdump_path=str(etdump)).to_dataframe()
+    events, method_ms = read_etdump(etdump)
+    return {"end_to_end_ms": e2e, "method_execute_ms": method_ms, "events": events}
+
+
+def read_etdump(path: Path) -> tuple[list[dict], list[float]]:
+    """Per-run times (ms) of every event of the ``Execute`` block, and of ``Method::execute`` itself."""
+    from executorch.devtools import Inspector
+
     events, method_ms = [], []
-    for _, row in df.iterrows():
+    for _, row in Inspector(etdump_path=str(path)).to_dataframe().iterrows():
         if row["event_block_name"] != "Execute":
             continue
         raw = [float(x) for x in row["raw"]]
         if row["event_name"] == "Method::execute":
             method_ms = raw
-            continue
-        events.append({"name": str(row["event_name"]), "raw_ms": raw})
-    return {"end_to_end_ms": e2e, "method_execute_ms": method_ms, "events": events}
+        else:
+            events.append({"name": str(row["event_name"]), "raw_ms": raw})
+    return events, method_ms
 
 
 def main() -> int:

@@ -65,8 +65,7 @@ class NativeMeasurer(ExecuTorchMeasurer):
 
 def _worker(args: dict) -> dict:
     """Subprocess body: size threads, time plain runs on one handle, profiled runs on another."""
-    from executorch.devtools import Inspector
-
+    from edgenlp.profile._et_worker import read_etdump
     from edgenlp.run.native import NativeHandle
 
     text = text_of_length(int(args["seq_len"]))
@@ -86,15 +85,7 @@ def _worker(args: dict) -> dict:
         traced.logits([text])
     etdump = Path(args["workdir"]) / "native.etdp"
     traced.write_etdump(etdump)
-    events, method_ms = [], []
-    for _, row in Inspector(etdump_path=str(etdump)).to_dataframe().iterrows():
-        if row["event_block_name"] != "Execute":
-            continue
-        raw = [float(x) for x in row["raw"]]
-        if row["event_name"] == "Method::execute":
-            method_ms = raw
-        else:
-            events.append({"name": str(row["event_name"]), "raw_ms": raw})
+    events, method_ms = read_etdump(etdump)
     return {"end_to_end_ms": e2e, "method_execute_ms": method_ms, "events": events, "method_tokens": n_tokens}
 
 

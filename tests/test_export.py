@@ -10,7 +10,7 @@ import torch
 from edgenlp_testing import tiny_model
 from edgenlp.errors import BundleError, ParityError
 from edgenlp.export.api import ExportConfig, export_bundle
-from edgenlp.export.bundle import Bundle
+from edgenlp.bundle import Bundle
 from edgenlp.export.graph import example_inputs, prepare
 from edgenlp.run.base import get_runner
 
@@ -49,6 +49,7 @@ def test_bundle_layout_and_manifest(tiny_bundle):
     assert m["inputs"][0] == {"name": "input_ids", "dtype": "int64", "shape": [1, "seq"]}
     assert m["tokenizer"]["vocab"] == "vocab.txt" and m["tokenizer"]["do_lower_case"] is True
     assert m["applied"][-1]["step"] == "export"
+    assert b.recipe[-1].config.resolved_buckets == (8, 16, 32)
     for runtime in ("executorch", "onnx"):
         assert m["parity"][runtime]["passed"] and m["parity"][runtime]["max_abs_diff"] <= 1e-4
 
@@ -89,7 +90,7 @@ def test_tampered_file_fails_sha256(bundle_copy):
 @pytest.mark.parametrize("name, runtime", [("model.pte", "executorch"), ("model.onnx", "onnx")])
 def test_truncated_artifact_with_matching_manifest_fails_cleanly(bundle_copy, name, runtime):
     """Even with a re-signed manifest, a truncated program gives a BundleError, not a crash."""
-    from edgenlp.export.bundle import finalize_manifest
+    from edgenlp.bundle import finalize_manifest
 
     data = (bundle_copy / name).read_bytes()
     (bundle_copy / name).write_bytes(data[: len(data) // 3])

@@ -11,21 +11,22 @@ import datetime as _dt
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from edgenlp import __version__
-from edgenlp.errors import ParityError
-from edgenlp.export.bundle import FORMAT, FORMAT_VERSION, Bundle, finalize_manifest
+from edgenlp.config import Config
+from edgenlp.errors import EdgeNLPError, ParityError
+from edgenlp.bundle import FORMAT, FORMAT_VERSION, FORMATS, Bundle, finalize_manifest
+from edgenlp.recipe import Step, parity_policy, recipe_to_list
 from edgenlp.utils import atomic_dir, environment
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("pte", "onnx")
-QUANTIZE_SCHEMES = ("none",)  # int8 / int4 schemes plug in here (edgenlp.quantize)
+MAX_SEQ_LEN = 4096
 
 # Used for the parity check when no task data is given.
 FALLBACK_SENTENCES = (
@@ -38,45 +39,41 @@ FALLBACK_SENTENCES = (
 
 
 @dataclass(frozen=True)
-class ExportConfig:
-    """How to lower a model. One config drives the API, the CLI and the manifest."""
+class ExportConfig(Config):
+    """How to lower a model. One config drives the API, the CLI and the manifest.
+
+    ``parity_tolerance`` overrides the tolerance of the model's parity policy
+    (:func:`edgenlp.recipe.parity_policy`: fp32 max |logit diff| 1e-4 unless a
+    step defines its own reference and tolerance).
+    """
 
     formats: tuple[str, ...] = FORMATS
     max_seq_len: int = 128
     buckets: tuple[int, ...] | None = None  # ExecuTorch sequence buckets; default powers of two up to max
-    parity_tolerance: float = 1e-4  # max |logit difference| vs eager PyTorch (fp32)
+    parity_tolerance: float | None = None
     parity_samples: int = 32
-    quantize: str = "none"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(self.formats))
         if not self.formats or any(f not in FORMATS for f in self.formats):
             raise ValueError(f"formats must be a non-empty subset of {FORMATS}, got {self.formats}")
-        if not 2 <= self.max_seq_len <= 4096:
-            raise ValueError(f"max_seq_len must be in [2, 4096], got {self.max_seq_len}")
+        if not isinstance(self.max_seq_len, int) or not 2 <= self.max_seq_len <= MAX_SEQ_LEN:
+            raise ValueError(f"max_seq_len must be in [2, {MAX_SEQ_LEN}], got {self.max_seq_len}")
         if self.buckets is not None:
             b = tuple(sorted(set(int(x) for x in self.buckets)))
             if not b or b[0] < 2 or b[-1] != self.max_seq_len:
                 raise ValueError(f"buckets must be >= 2 and end at max_seq_len={self.max_seq_len}, got {self.buckets}")
             object.__setattr__(self, "buckets", b)
-        if self.parity_tolerance <= 0:
+        if self.parity_tolerance is not None and not self.parity_tolerance > 0:
             raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
         if self.parity_samples < 1:
             raise ValueError(f"parity_samples must be >= 1, got {self.parity_samples}")
-        if self.quantize not in QUANTIZE_SCHEMES:
-            raise ValueError(f"quantize must be one of {QUANTIZE_SCHEMES}, got {self.quantize!r}")
 
     @property
     def resolved_buckets(self) -> tuple[int, ...]:
         from edgenlp.export.executorch import default_buckets
 
         return self.buckets or default_buckets(self.max_seq_len)
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["formats"] = list(self.formats)
-        d["buckets"] = list(self.resolved_buckets)
-        return {"type": "ExportConfig", "version": 1, **d}
 
 
 def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int) -> np.ndarray:
@@ -93,11 +90,50 @@ def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int) -> np
     return np.stack(out)
 
 
-def _parity(runner, ref: np.ndarray, texts: Sequence[str], tol: float) -> dict:
-    got = runner.predict_logits(texts)
-    diff = float(np.abs(got - ref).max())
-    agree = float((got.argmax(-1) == ref.argmax(-1)).mean())
-    return {"max_abs_diff": diff, "tolerance": tol, "samples": len(texts), "argmax_agreement": agree, "passed": diff <= tol}
+def _compare(got: np.ndarray, ref: np.ndarray) -> dict:
+    return {"max_abs_diff": float(np.abs(got - ref).max()), "argmax_agreement": float((got.argmax(-1) == ref.argmax(-1)).mean())}
+
+
+def check_parity(
+    bundle_dir: Path,
+    model,
+    policy,
+    *,
+    formats: Sequence[str],
+    texts: Sequence[str],
+    tokenizer,
+    max_len: int,
+    tolerance: float | None = None,
+    runner_factory: Callable[..., "object"] | None = None,
+) -> dict:
+    """Parity of each lowered format against the policy's eager reference, through real runners.
+
+    Returns ``{runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement,
+    passed[, fp32]}}``: the lowering error against ``policy.reference_model(model)``
+    (gated by the tolerance) and, when ``policy.compare_fp32``, the difference to
+    the unmodified fp32 model under ``fp32`` (reported, not gated).
+    """
+    from edgenlp.bundle import FORMAT_RUNTIME
+    from edgenlp.run.base import get_runner
+
+    make_runner = runner_factory or get_runner
+    tol = tolerance if tolerance is not None else policy.tolerance
+    ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len)
+    fp32 = _eager_reference(model, tokenizer, texts, max_len) if policy.compare_fp32 else None
+    out = {}
+    for fmt in formats:
+        runtime = FORMAT_RUNTIME[fmt]
+        t0 = time.perf_counter()
+        with make_runner(bundle_dir, runtime=runtime) as runner:
+            got = runner.predict_logits(texts)
+        p = {"policy": policy.name, **_compare(got, ref), "tolerance": tol, "samples": len(texts)}
+        p["passed"] = p["max_abs_diff"] <= tol
+        if fp32 is not None:
+            p["fp32"] = _compare(got, fp32)
+        p["seconds"] = round(time.perf_counter() - t0, 3)
+        out[runtime] = p
+        log.info("parity %s (%s): max |diff| %.2e over %d sentences", runtime, policy.name, p["max_abs_diff"], len(texts))
+    return out
 
 
 def export_bundle(
@@ -108,20 +144,27 @@ def export_bundle(
     config: ExportConfig = ExportConfig(),
     task=None,
     sample_texts: Sequence[str] | None = None,
-    applied: Sequence[dict] = (),
+    recipe: Sequence[Step] = (),
+    runner_factory: Callable[..., "object"] | None = None,
 ) -> Bundle:
     """Lower ``model`` to the configured formats and write a verified bundle at ``out_dir``.
 
-    The bundle is assembled in a temporary directory, checked for parity against
-    eager PyTorch on real sentences (dev split of ``task`` when given), and
-    renamed into place only when every format passes. Raises
-    :class:`ParityError` when a format exceeds ``config.parity_tolerance``.
+    The bundle is assembled in a temporary directory, checked for parity on real
+    sentences (dev split of ``task`` when given) with the parity policy of the
+    model's recipe (``info.recipe`` + ``recipe``; fp32 against eager PyTorch
+    unless a step defines another), and renamed into place only when every
+    format passes. ``runner_factory(path, runtime=...)`` builds the runners the
+    parity check uses (default :func:`edgenlp.run.base.get_runner`). Raises
+    :class:`ParityError` when a format exceeds the tolerance and
+    :class:`EdgeNLPError` when the model cannot take ``config.max_seq_len``.
     """
     from edgenlp.models.tokenizer import build_tokenizer
 
     model = model.eval()
     if model.shape.max_positions < config.max_seq_len:
-        raise ValueError(f"max_seq_len {config.max_seq_len} exceeds the model's {model.shape.max_positions} positions")
+        raise EdgeNLPError(f"--seq-len {config.max_seq_len} exceeds the model's {model.shape.max_positions} positions")
+    steps = (*info.recipe, *recipe)
+    policy = parity_policy(steps)
     texts = list(sample_texts or (task.dev.texts[: config.parity_samples] if task else FALLBACK_SENTENCES))
     tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
     seconds: dict[str, float] = {}
@@ -164,30 +207,18 @@ def export_bundle(
             ],
             "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, model.num_labels]}],
             "artifacts": artifacts,
-            "applied": [*info.applied, *applied, {"step": "export", **config.to_dict()}],
+            "applied": recipe_to_list((*steps, Step("export", config))),
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
         }
         finalize_manifest(tmp, manifest)
 
         # Parity through the real runtimes, on the bundle as written.
-        ref = _eager_reference(model, tokenizer, texts, config.max_seq_len)
-        bundle = Bundle.open(tmp)
-        from edgenlp.run.base import get_runner
-
-        failures = []
-        for fmt, runtime in (("pte", "executorch"), ("onnx", "onnx")):
-            if fmt not in config.formats:
-                continue
-            t0 = time.perf_counter()
-            with get_runner(tmp, runtime=runtime) as runner:
-                p = _parity(runner, ref, texts, config.parity_tolerance)
-            p["seconds"] = round(time.perf_counter() - t0, 3)
-            manifest["parity"][runtime] = p
-            log.info("parity %s: max |diff| %.2e over %d sentences", runtime, p["max_abs_diff"], p["samples"])
-            if not p["passed"]:
-                failures.append(f"{runtime} max |logit diff| {p['max_abs_diff']:.2e} > {config.parity_tolerance:.0e}")
-        del bundle
+        manifest["parity"] = check_parity(tmp, model, policy, formats=config.formats, texts=texts, tokenizer=tokenizer,
+                                          max_len=config.max_seq_len, tolerance=config.parity_tolerance,
+                                          runner_factory=runner_factory)
+        failures = [f"{rt} max |logit diff| {p['max_abs_diff']:.2e} > {p['tolerance']:.0e} ({p['policy']})"
+                    for rt, p in manifest["parity"].items() if not p["passed"]]
         if failures:
             raise ParityError(f"export parity failed ({'; '.join(failures)}); nothing written to {out_dir}")
         finalize_manifest(tmp, manifest)

@@ -61,7 +61,7 @@ def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, ou
         raise EdgeNLPError(str(exc)) from None
     data = load_task(task, data_dir=data_dir) if task else None
     m, info = load_model(model, labels=data.labels if data else None, seed=seed)
-    if data is not None and not info.applied:
+    if data is not None and not any(s.type == "finetune" for s in info.recipe):
         log.warning("%s has no fine-tuning recorded: its classification head for %s is untrained", model, data.name)
     t0 = time.perf_counter()
     bundle = export_bundle(m, info, out_dir, config=config, task=data)
@@ -89,7 +89,7 @@ def inspect_cmd(bundle, as_json):
       edgenlp inspect out/minilm-sst2
       edgenlp inspect out/minilm-sst2 --json
     """
-    from edgenlp.export.bundle import Bundle
+    from edgenlp.bundle import Bundle
 
     b = Bundle.open(bundle)
     m = b.manifest

@@ -13,12 +13,12 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
+from edgenlp.config import Config
 from edgenlp.models.families import LAYER_LINEARS
 
-CONFIG_VERSION = 1
 METHODS = ("full", "learner", "far", "bitfit", "freeze-ffn")
 # Learning rate when FinetuneConfig.lr is None. Weights that start pretrained move
 # with a small rate; small new factors (Learners, biases) need a larger one.
@@ -42,35 +42,8 @@ def _check_int(name: str, value, *, minimum: int, allow_none: bool = False) -> N
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-class _Serializable:
-    """``to_dict``/``from_dict`` with ``type`` and ``version`` for a flat frozen dataclass."""
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": type(self).__name__, "version": CONFIG_VERSION}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if isinstance(value, _Serializable):
-                value = value.to_dict()
-            elif isinstance(value, tuple):
-                value = [list(v) if isinstance(v, tuple) else v for v in value]
-            out[f.name] = value
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        if d.get("type", cls.__name__) != cls.__name__:
-            raise ValueError(f"expected a {cls.__name__} dict, got type {d.get('type')!r}")
-        if d.get("version", CONFIG_VERSION) > CONFIG_VERSION:
-            raise ValueError(f"{cls.__name__} version {d['version']} is newer than this edgenlp ({CONFIG_VERSION})")
-        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-        unknown = sorted(set(d) - known - {"type", "version"})
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
-        return cls(**{k: v for k, v in d.items() if k in known})
-
-
 @dataclass(frozen=True)
-class LearnerConfig(_Serializable):
+class LearnerConfig(Config):
     """Learners (low-rank pairs P1·P2 beside frozen linears), optionally primed.
 
     ``rank``: an int for every target, ``None`` for ``hidden // 12`` (64 at
@@ -127,7 +100,7 @@ class LearnerConfig(_Serializable):
 
 
 @dataclass(frozen=True)
-class FarConfig(_Serializable):
+class FarConfig(Config):
     """Freeze-And-Reconfigure: prime all weights for ``priming_fraction`` of the steps,
     then keep only the ``keep`` fraction of FFN neurons that moved most trainable."""
 
@@ -142,7 +115,7 @@ class FarConfig(_Serializable):
 
 
 @dataclass(frozen=True)
-class FinetuneConfig(_Serializable):
+class FinetuneConfig(Config):
     """Everything a fine-tuning run needs besides model and data.
 
     ``epochs`` is the total number of passes over the training data, priming

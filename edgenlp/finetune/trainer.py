@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -42,9 +42,11 @@ class FinetuneResult:
         """Write a Hugging Face model directory with ``finetune.json`` inside (both atomically)."""
         from edgenlp.models.registry import save_pretrained
 
-        summary = {k: self.report[k] for k in ("method", "seed", "dev") if k in self.report}
-        step = {"step": "finetune", **self.report.get("config", {}), "dev": self.report.get("dev", {})}
-        out = save_pretrained(self.model, info, out_dir, extra={"finetune": summary, "applied": [*info.applied, step]})
+        from edgenlp.finetune.config import FinetuneConfig
+        from edgenlp.recipe import Step
+
+        step = Step("finetune", FinetuneConfig.from_dict(self.report["config"]), {"dev": self.report.get("dev", {})})
+        out = save_pretrained(self.model, replace(info, recipe=(*info.recipe, step)), out_dir)
         atomic_write_json(Path(out) / "finetune.json", self.report)
         return Path(out)
 

@@ -258,7 +258,7 @@ class ModelInfo:
     pretrained: bool
     vocab_file: str | None = None
     tokenizer: dict = field(default_factory=dict)
-    applied: tuple[dict, ...] = ()  # recipe steps already applied (fine-tuning, pruning, ...)
+    recipe: tuple = ()  # typed steps already applied (edgenlp.recipe.Step: fine-tuning, pruning, ...)
 
     def to_dict(self) -> dict:
         return {

@@ -236,17 +236,25 @@ def load_model(
             raise EdgeNLPError(
                 f"{model_dir}: {key} has shape {tuple(weights[key].shape)}, expected {tuple(state[canon].shape)}"
             )
-        state[canon] = weights[key].to(torch.float32)
-    model.load_state_dict(state)
+        state[canon] = weights[key]  # stored dtype kept: a stage's fp16/int tensors come back as written
+    unmapped = sorted(set(weights) - set(mapping.values()))
+    if unmapped and cfg.get("edgenlp"):
+        # A directory edgenlp wrote holds only keys it maps: anything else is state a stage produced
+        # that this version cannot place, and dropping it would silently change the model.
+        raise EdgeNLPError(f"{model_dir}: checkpoint key {unmapped[0]!r} has no place in a {family.name} model "
+                           f"({len(unmapped)} unmapped key(s)); was it written by a newer edgenlp?")
+    model.load_state_dict(state, assign=True)
     if missing:
         log.info("%s: initialised %s from seed %d", model_dir, ", ".join(missing), seed)
     settings, vocab = _tokenizer_settings(model_dir)
-    applied = tuple(cfg.get("edgenlp", {}).get("applied", ()))
-    info = ModelInfo(name, str(model_dir.resolve()), shape, True, str(vocab), settings, applied)
+    from edgenlp.recipe import recipe_from_list
+
+    recipe = recipe_from_list(cfg.get("edgenlp", {}).get("applied"), where=f"{cfg_file}: edgenlp.applied")
+    info = ModelInfo(name, str(model_dir.resolve()), shape, True, str(vocab), settings, recipe)
     return model.eval(), info
 
 
-def hf_config(model: EncoderClassifier, *, extra: dict | None = None) -> dict:
+def hf_config(model: EncoderClassifier, *, recipe=()) -> dict:
     """A Hugging Face ``config.json`` for ``model`` (loadable by transformers when the shape is uniform)."""
     shape, family = model.shape, model.family
     keys = family.config_keys
@@ -269,23 +277,36 @@ def hf_config(model: EncoderClassifier, *, extra: dict | None = None) -> dict:
         cfg.update(type_vocab_size=shape.type_vocab_size, layer_norm_eps=shape.norm_eps, attention_probs_dropout_prob=shape.dropout)
     else:
         cfg.update(attention_dropout=shape.dropout, seq_classif_dropout=shape.dropout, sinusoidal_pos_embds=False)
-    cfg["edgenlp"] = {"shape": shape.to_dict(), **(extra or {})}
+    from edgenlp.recipe import recipe_to_list
+
+    cfg["edgenlp"] = {"shape": shape.to_dict(), "applied": recipe_to_list(recipe)}
     return cfg
 
 
-def save_pretrained(model: EncoderClassifier, info: ModelInfo, out_dir: str | Path, *, extra: dict | None = None) -> Path:
-    """Write ``model`` as a Hugging Face directory (config, safetensors, vocab), atomically."""
+def save_pretrained(model: EncoderClassifier, info: ModelInfo, out_dir: str | Path) -> Path:
+    """Write ``model`` as a Hugging Face directory (config, safetensors, vocab), atomically.
+
+    Lossless: every state-dict tensor is written with its dtype and shape (uneven
+    and empty layers included), the shape and ``info.recipe`` go to
+    ``config.json`` (``edgenlp.shape``, ``edgenlp.applied``), and
+    :func:`load_model` restores exactly that. A state key the family table
+    cannot name raises instead of being dropped.
+    """
     from safetensors.torch import save_file
 
     family = model.family
     prefix = family.prefixes[0]
     mapping = _param_map(family, model.shape, prefix)
     state = model.state_dict()
-    tensors = {mapping[k]: v.detach().contiguous().clone() for k, v in state.items() if k in mapping}
+    unmapped = sorted(set(state) - set(mapping))
+    if unmapped:
+        raise ValueError(f"cannot save {unmapped[0]!r} ({len(unmapped)} state key(s) without a {family.name} checkpoint name): "
+                         "a stage that adds state must extend the family mapping")
+    tensors = {mapping[k]: v.detach().contiguous().clone() for k, v in state.items()}
     out = Path(out_dir)
     with atomic_dir(out) as tmp:
         save_file(tensors, str(tmp / "model.safetensors"))
-        (tmp / "config.json").write_text(json.dumps(hf_config(model, extra=extra), indent=2))
+        (tmp / "config.json").write_text(json.dumps(hf_config(model, recipe=info.recipe), indent=2))
         vocab = Path(info.vocab_file) if info.vocab_file else default_vocab_file()
         (tmp / "vocab.txt").write_bytes(vocab.read_bytes())
         tok = {k: v for k, v in info.tokenizer.items() if k not in ("type", "vocab")} or {

@@ -11,20 +11,16 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.analytic import AnalyticProfile, Counts, analyze
 from edgenlp.profile.components import COMPONENTS, LinearPlan
 from edgenlp.profile.measure import EagerMeasurer, Measurement, Measurer, MeasureSpec, ProfileTarget, median, p90
 
-if TYPE_CHECKING:
-    from edgenlp.profile.storage import StorageMarker
-
 log = logging.getLogger(__name__)
 
 SCHEMA = "edgenlp.profile/1"
-RUNTIMES = ("eager", "executorch", "onnx", "native")
 OVERHEAD_ROW = "runtime_overhead"
 
 
@@ -97,8 +93,6 @@ def _bundle_model(bundle):
     import torch
 
     from edgenlp.models.encoder import EncoderClassifier, EncoderShape
-    from edgenlp.models.families import LAYER_LINEARS
-    from edgenlp.profile.storage import mark_storage
 
     try:
         shape = EncoderShape.from_dict(bundle.manifest["model"]["shape"])
@@ -106,51 +100,32 @@ def _bundle_model(bundle):
         raise EdgeNLPError(f"{bundle.path}/manifest.json: model.shape is missing or invalid ({exc})") from exc
     with torch.device("meta"):
         model = EncoderClassifier(shape, len(bundle.labels), labels=bundle.labels)
-    marker = storage_marker_from_applied(bundle.manifest.get("applied", ()))
-    if marker is not None:
-        for layer in model.layers:
-            for part in LAYER_LINEARS:
-                mark_storage(getattr(layer, part), marker)
-        mark_storage(model.pooler, marker)
-        mark_storage(model.classifier, marker)
+    apply_weight_storage(model, bundle.recipe)
     return model.eval()
 
 
-def storage_marker_from_applied(applied) -> "StorageMarker | None":
-    """A weight-storage marker for a bundle's linears from its manifest's ``applied`` steps.
+def apply_weight_storage(model, recipe) -> None:
+    """Mark how ``model``'s linears ship, from the recipe steps that define ``weight_storage()``.
 
-    Recognised: a step whose ``step`` names quantization (``"quantize"``,
-    ``"ptq"``, ...) giving ``weight_bits`` (or ``bits``, or a ``scheme`` such as
-    ``"int8"``/``"int4"``/``"8da4w"``) and optionally ``group_size``; and an
-    ``"export"`` step whose ``quantize`` field is a scheme other than
-    ``"none"``. The last such step wins. ``None`` when weights stay fp32.
+    A step returns ``{module name: StorageMarker}``; ``"*"`` stands for every
+    linear (encoder layers, pooler, classifier) and a named module overrides it.
     """
-    import re
+    from torch import nn
 
-    from edgenlp.profile.storage import StorageMarker
+    from edgenlp.profile.storage import mark_storage
+    from edgenlp.recipe import weight_storage
 
-    def bits_of(scheme: str) -> int | None:
-        m = re.search(r"(\d+)w\b", scheme) or re.search(r"int(\d+)", scheme)
-        return int(m.group(1)) if m else None
-
-    marker = None
-    for step in applied or ():
-        if not isinstance(step, dict):
-            continue
-        name = str(step.get("step", ""))
-        scheme = str(step.get("scheme", step.get("quantize", "none") if name == "export" else ""))
-        if "quant" in name or name in ("ptq", "qat"):
-            bits = step.get("weight_bits", step.get("bits")) or bits_of(scheme) or 8
-        elif name == "export" and scheme not in ("", "none"):
-            bits = bits_of(scheme)
-            if bits is None:
-                log.warning("applied export step has quantize=%r: weight bytes reported as stored in the model", scheme)
-                continue
-        else:
-            continue
-        group = step.get("group_size")
-        marker = StorageMarker(bits=int(bits), group_size=int(group) if group else None)
-    return marker
+    markers = weight_storage(recipe)
+    if not markers:
+        return
+    modules = dict(model.named_modules())
+    unknown = sorted(set(markers) - set(modules) - {"*"})
+    if unknown:
+        raise EdgeNLPError(f"recipe marks weight storage of {unknown[0]!r}, which the model does not have")
+    for name, module in modules.items():
+        marker = markers.get(name, markers.get("*")) if isinstance(module, nn.Linear) else markers.get(name)
+        if marker is not None:
+            mark_storage(module, marker)
 
 
 @contextlib.contextmanager
@@ -168,7 +143,7 @@ def open_target(spec: str | Path, *, labels: tuple[str, ...] | None = None, seq_
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         if path.is_dir() and (path / "manifest.json").is_file():
-            from edgenlp.export.bundle import Bundle
+            from edgenlp.bundle import Bundle
 
             bundle = Bundle.open(path)
             model = _bundle_model(bundle)
@@ -346,7 +321,7 @@ def default_runtimes(spec: str | Path) -> tuple[str, ...]:
     """``eager`` for a model; the formats a bundle carries for a bundle."""
     path = Path(str(spec))
     if path.is_dir() and (path / "manifest.json").is_file():
-        from edgenlp.export.bundle import Bundle
+        from edgenlp.bundle import Bundle
 
         fmts = Bundle.open(path, verify=False).formats
         return tuple(rt for fmt, rt in (("pte", "executorch"), ("onnx", "onnx")) if fmt in fmts)

@@ -11,17 +11,19 @@ tokenizes in C++. All of them return the same logits within float tolerance.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from edgenlp.errors import EdgeNLPError
-from edgenlp.export.bundle import Bundle
+from edgenlp.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
+# The one list of runtime names: runners here, measurers in edgenlp.profile.
 RUNTIMES = ("executorch", "onnx", "native", "eager")
 
 
@@ -86,24 +88,34 @@ class BundleRunner(Runner):
         return token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
 
 
+RunnerFactory = Callable[..., Runner]  # (target, *, threads) -> Runner
+
+
+def _lazy(module: str, name: str) -> RunnerFactory:
+    def factory(target, *, threads=None):
+        return getattr(importlib.import_module(module), name)(target, threads=threads)
+
+    return factory
+
+
+# runtime name -> factory; open to plug-ins (a board transport, another backend) via register_runner.
+RUNNERS: dict[str, RunnerFactory] = {
+    "executorch": _lazy("edgenlp.run.executorch", "ExecuTorchRunner"),
+    "onnx": _lazy("edgenlp.run.onnx", "OnnxRunner"),
+    "native": _lazy("edgenlp.run.native", "NativeRunner"),
+    "eager": _lazy("edgenlp.run.eager", "EagerRunner"),
+}
+
+
+def register_runner(runtime: str, factory: RunnerFactory) -> None:
+    """Plug a runner in: ``factory(target, threads=...)`` returns a :class:`Runner`."""
+    RUNNERS[runtime] = factory
+
+
 def get_runner(target: str | Path, *, runtime: str = "executorch", threads: int | None = None) -> Runner:
     """A runner for a bundle directory (executorch/onnx/native) or a model (eager)."""
-    if runtime not in RUNTIMES:
-        raise EdgeNLPError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    if runtime not in RUNNERS:
+        raise EdgeNLPError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNNERS)}")
     if threads is not None and threads < 1:
         raise EdgeNLPError(f"--threads must be >= 1, got {threads}")
-    if runtime == "eager":
-        from edgenlp.run.eager import EagerRunner
-
-        return EagerRunner(target, threads=threads)
-    if runtime == "executorch":
-        from edgenlp.run.executorch import ExecuTorchRunner
-
-        return ExecuTorchRunner(target, threads=threads)
-    if runtime == "onnx":
-        from edgenlp.run.onnx import OnnxRunner
-
-        return OnnxRunner(target, threads=threads)
-    from edgenlp.run.native import NativeRunner
-
-    return NativeRunner(target, threads=threads)
+    return RUNNERS[runtime](target, threads=threads)

@@ -21,7 +21,7 @@ class EagerRunner(Runner):
         if threads:
             torch.set_num_threads(int(threads))
         if isinstance(model, (str, Path)):
-            from edgenlp.export.bundle import Bundle
+            from edgenlp.bundle import Bundle
 
             if (Path(model) / "manifest.json").exists():
                 bundle = Bundle.open(model)

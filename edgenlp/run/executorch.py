@@ -9,7 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from edgenlp.errors import BundleError
-from edgenlp.export.bundle import Bundle
+from edgenlp.bundle import Bundle, pad_to_bucket, pick_bucket
 from edgenlp.run.base import BundleRunner, check_texts
 from edgenlp.utils import quiet_stderr
 
@@ -57,21 +57,9 @@ class ExecuTorchRunner(BundleRunner):
                 raise BundleError(f"{self.bundle.artifact('pte')}: cannot load method {name} ({exc})") from exc
         return self._loaded[name]
 
-    def bucket_for(self, n_tokens: int):
-        for m in self.methods:
-            if m.seq_len >= n_tokens:
-                return m
-        return self.methods[-1]
-
     def run_ids(self, ids: list[int]) -> np.ndarray:
-        import torch
-
-        m = self.bucket_for(len(ids))
-        length = len(ids) if m.dynamic else m.seq_len
-        x = torch.full((1, length), self.pad_id, dtype=torch.int64)
-        mask = torch.zeros((1, length), dtype=torch.int64)
-        x[0, : len(ids)] = torch.tensor(ids[:length], dtype=torch.int64)
-        mask[0, : len(ids)] = 1
+        m = pick_bucket(self.methods, len(ids))
+        x, mask = pad_to_bucket(ids, m, pad_id=self.pad_id)
         out = self._method(m.name).execute([x, mask])[0]
         return out.detach().numpy()[0]
 

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from edgenlp.errors import BundleError
-from edgenlp.export.bundle import Bundle
+from edgenlp.bundle import Bundle
 from edgenlp.models.tokenizer import pad_batch
 from edgenlp.run.base import BundleRunner, check_texts
 

@@ -18,7 +18,7 @@ def tokenize_texts(bundle: str, texts: list[str], *, runtime: str) -> list[list[
         from edgenlp.run.native import native_tokenize
 
         return native_tokenize(bundle, texts)
-    from edgenlp.export.bundle import Bundle
+    from edgenlp.bundle import Bundle
     from edgenlp.models.tokenizer import token_ids
 
     b = Bundle.open(bundle)

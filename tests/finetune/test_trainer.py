@@ -191,5 +191,6 @@ def test_cli_writes_a_model_directory_with_finetune_json(tmp_path, synth_task_di
     reloaded, reloaded_info = load_model(out)
     assert reloaded.shape == model.shape
     # the recipe travels with the model directory, and from there into a bundle's manifest
-    (step,) = reloaded_info.applied
-    assert step["step"] == "finetune" and step["method"] == "learner" and "accuracy" in step["dev"]
+    (step,) = reloaded_info.recipe
+    assert step.type == "finetune" and step.config.method == "learner" and "accuracy" in step.result["dev"]
+    assert step.config.learner.ranks == (("pooler", 3),)

@@ -146,17 +146,29 @@ def test_canonical_parts_all_have_a_component():
     assert {part_component(p) for p in LAYER_LINEARS} == {"attn_qkv", "attn_out", "ffn"}
 
 
-@pytest.mark.parametrize(
-    "applied,expected",
-    [
-        ([{"step": "export", "quantize": "none"}], None),
-        ([{"step": "quantize", "weight_bits": 8}], StorageMarker(bits=8)),
-        ([{"step": "export", "quantize": "int8"}], StorageMarker(bits=8)),
-        ([{"step": "ptq", "scheme": "8da4w", "group_size": 32}], StorageMarker(bits=4, group_size=32)),
-        ([{"step": "finetune"}], None),
-    ],
-)
-def test_bundle_storage_marker_from_applied_steps(applied, expected):
-    from edgenlp.profile.api import storage_marker_from_applied
+def test_weight_storage_comes_from_the_typed_recipe_step():
+    """The profiler reads how weights ship from a step's ``weight_storage()`` hook, not from step names."""
+    from dataclasses import dataclass
 
-    assert storage_marker_from_applied(applied) == expected
+    from edgenlp.config import Config
+    from edgenlp.export.api import ExportConfig
+    from edgenlp.profile.api import apply_weight_storage
+    from edgenlp.recipe import Step, register_step
+
+    @dataclass(frozen=True)
+    class StorageTestConfig(Config):
+        bits: int = 8
+
+        def weight_storage(self):
+            return {"*": StorageMarker(bits=self.bits), "layers.0.query": StorageMarker(bits=4, group_size=32)}
+
+    register_step("storage-test", StorageTestConfig)
+    model = EncoderClassifier(EncoderShape.uniform(num_layers=2, hidden=64, num_heads=4, ffn=128, vocab_size=100), 2)
+    plain = analyze(model, seq_len=8)
+    apply_weight_storage(model, (Step("export", ExportConfig()),))  # no step defines storage: stays fp32
+    assert analyze(model, seq_len=8).total.weight_bytes == plain.total.weight_bytes
+    apply_weight_storage(model, (Step("storage-test", StorageTestConfig(bits=8)),))
+    q = model.layers[0].query
+    assert describe_storage(q).bytes == q.out_features * q.in_features // 2 + q.out_features * (q.in_features // 32) * 4 + q.out_features * 4
+    k = model.layers[0].key
+    assert describe_storage(k).bytes == k.out_features * k.in_features + k.out_features * 4 + k.out_features * 4

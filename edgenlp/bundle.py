@@ -25,12 +25,16 @@ Manifest keys (``format_version`` 1)::
                  "onnx": {file, opset, dynamic_axes, op_counts, ...}}
     files       {filename: sha256}   every file but manifest.json
     sizes       {filename: bytes}
-    applied     [{step, ...config}]   the recipe: fine-tuning, pruning, quantization, export
-    parity      {runtime: {max_abs_diff, tolerance, samples, argmax_agreement}}
+    applied     [{step, version, config{type, version, ...}, result{...}}]   the typed recipe
+                (edgenlp.recipe): fine-tuning, pruning, quantization, export
+    parity      {runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement, passed[, fp32{...}]}}
     export      {config{...}, seconds{...}, environment{...}}
 
 :meth:`Bundle.open` verifies the manifest, the presence of every listed file
 and its sha256, and raises :class:`BundleError` with a one-line message.
+
+This module is the format both sides depend on: ``edgenlp.export`` writes it,
+``edgenlp.run`` and ``edgenlp.profile`` read it. It imports neither.
 """
 
 from __future__ import annotations
@@ -46,6 +50,35 @@ from edgenlp.utils import sha256_file
 FORMAT = "edgenlp-bundle"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
+# Artifact format -> the runtime that executes it (the native runtime also runs "pte").
+FORMAT_RUNTIME = {"pte": "executorch", "onnx": "onnx"}
+FORMATS = tuple(FORMAT_RUNTIME)
+
+
+def pick_bucket(methods: "list[PteMethod]", n_tokens: int) -> "PteMethod":
+    """The smallest method whose sequence length holds ``n_tokens`` (the largest when none does)."""
+    for m in methods:
+        if m.seq_len >= n_tokens:
+            return m
+    return methods[-1]
+
+
+def pad_to_bucket(ids, method: "PteMethod", *, pad_id: int):
+    """``input_ids`` and ``attention_mask`` (int64 ``[1, L]`` torch tensors) for one text in ``method``'s bucket.
+
+    ``L`` is the bucket length (or the text's length for a dynamic method); the
+    text is truncated to ``L`` tokens, the rest padded with ``pad_id`` and masked.
+    """
+    import torch
+
+    ids = list(ids)
+    length = len(ids) if method.dynamic else method.seq_len
+    n = min(len(ids), length)
+    x = torch.full((1, length), pad_id, dtype=torch.int64)
+    mask = torch.zeros((1, length), dtype=torch.int64)
+    x[0, :n] = torch.tensor(ids[:n], dtype=torch.int64)
+    mask[0, :n] = 1
+    return x, mask
 
 
 @dataclass(frozen=True)
@@ -140,12 +173,15 @@ class Bundle:
         except Exception as exc:
             raise BundleError(f"{self.vocab_file}: cannot build the tokenizer ({exc})") from exc
 
-    def label_index(self, label: str, *, source: str = "") -> int:
+    @cached_property
+    def recipe(self):
+        """The typed steps applied to this bundle's model (:mod:`edgenlp.recipe`)."""
+        from edgenlp.recipe import RecipeError, recipe_from_list
+
         try:
-            return self.labels.index(label)
-        except ValueError:
-            where = f"{source}: " if source else ""
-            raise BundleError(f"{where}label {label!r} is not in the bundle's {len(self.labels)} labels") from None
+            return recipe_from_list(self.manifest.get("applied"), where=f"{self.path / MANIFEST}: applied")
+        except RecipeError as exc:
+            raise BundleError(str(exc)) from None
 
 
 def finalize_manifest(tmp_dir: Path, manifest: dict) -> dict:

@@ -129,3 +129,25 @@ def library_versions() -> dict:
 
 def environment() -> dict:
     return {"cpu": cpu_info(), "versions": library_versions(), "platform": platform.platform()}
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_device(spec: str = "auto") -> str:
+    """``"auto"`` -> ``"cuda"`` when a CUDA device is present, else ``"cpu"``; ``"cuda"`` without one is an error.
+
+    The training verbs (``finetune``, ``prune``) take ``--device auto|cpu|cuda``;
+    export, evaluation and latency always run on the CPU.
+    """
+    import torch
+
+    from edgenlp.errors import EdgeNLPError
+
+    if spec not in DEVICES:
+        raise EdgeNLPError(f"--device must be one of {', '.join(DEVICES)}, got {spec!r}")
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if spec == "cuda" and not torch.cuda.is_available():
+        raise EdgeNLPError("--device cuda: no CUDA device is available (this torch build or machine has none)")
+    return spec

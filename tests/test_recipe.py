@@ -88,10 +88,10 @@ def test_parity_policy_is_a_property_of_the_steps():
 UNEVEN = dict(heads=(2, 4, 0), ffn=(16, 0, 48))
 
 
-def uneven_model(*, hidden=32, **kw):
+def uneven_model(*, hidden=32, vocab_size=200, **kw):
     from edgenlp.models.registry import DEFAULT_TOKENIZER, default_vocab_file
 
-    shape = EncoderShape(family="bert", vocab_size=200, hidden=hidden, head_dim=8, max_positions=64, **{**UNEVEN, **kw})
+    shape = EncoderShape(family="bert", vocab_size=vocab_size, hidden=hidden, head_dim=8, max_positions=64, **{**UNEVEN, **kw})
     model = EncoderClassifier(shape, 3, labels=("a", "b", "c")).init_weights(std=0.2, seed=1).eval()
     info = ModelInfo("uneven", "test", shape, False, str(default_vocab_file()), dict(DEFAULT_TOKENIZER))
     return model, info
@@ -181,7 +181,7 @@ def test_uneven_model_exports_with_parity(tmp_path):
     from edgenlp.bundle import Bundle
     from edgenlp.export.api import export_bundle
 
-    model, info = uneven_model(hidden=24)
+    model, info = uneven_model(hidden=24, vocab_size=30522)  # the tokenizer is the real BERT vocabulary
     bundle = export_bundle(model, info, tmp_path / "b", config=ExportConfig(max_seq_len=16, buckets=(8, 16)))
     parity = Bundle.open(bundle.path).manifest["parity"]
     assert set(parity) == {"executorch", "onnx"}

@@ -29,7 +29,8 @@ def parse_int_list(value: str | None, *, option: str) -> tuple[int, ...] | None:
 @click.option("--format", "fmt", type=click.Choice(["pte", "onnx", "both"]), default="both", show_default=True)
 @click.option("--seq-len", type=int, default=128, show_default=True, help="Maximum sequence length the bundle accepts.")
 @click.option("--buckets", default=None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 (default: powers of two up to --seq-len).")
-@click.option("--tolerance", type=float, default=1e-4, show_default=True, help="Max |logit diff| vs eager PyTorch; export fails above it.")
+@click.option("--tolerance", type=float, default=None,
+              help="Max |logit diff| vs the parity reference; export fails above it (default: the model's parity policy, 1e-4 for fp32).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights a checkpoint lacks (e.g. a new classifier head).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Bundle directory to write.")
 def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, out_dir):

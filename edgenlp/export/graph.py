@@ -19,6 +19,15 @@ from torch import nn
 class DecomposedLayerNorm(nn.LayerNorm):
     """``nn.LayerNorm`` over the last dim, written as mean/sub/mul/rsqrt on a 4-D view."""
 
+    @classmethod
+    def like(cls, norm: nn.LayerNorm) -> "DecomposedLayerNorm":
+        """The same norm (its parameters shared, not copied), decomposed."""
+        if len(norm.normalized_shape) != 1 or not norm.elementwise_affine:
+            raise ValueError(f"only affine layer norms over the last dim are decomposed, got {norm}")
+        out = cls(norm.normalized_shape, eps=norm.eps, device="meta")
+        out.weight, out.bias = norm.weight, norm.bias
+        return out.train(norm.training)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x4 = x.reshape(-1, 1, shape[-1], 1) if x.dim() != 3 else x.unsqueeze(-1)
@@ -30,10 +39,11 @@ class DecomposedLayerNorm(nn.LayerNorm):
 
 
 def decompose_layer_norms(model: nn.Module) -> nn.Module:
-    """Switch every ``nn.LayerNorm`` in ``model`` (in place) to :class:`DecomposedLayerNorm`."""
-    for module in model.modules():
-        if type(module) is nn.LayerNorm:
-            module.__class__ = DecomposedLayerNorm
+    """Replace every ``nn.LayerNorm`` in ``model`` (in place) by a :class:`DecomposedLayerNorm` sharing its parameters."""
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.LayerNorm) and not isinstance(child, DecomposedLayerNorm):
+                setattr(parent, name, DecomposedLayerNorm.like(child))
     return model
 
 

@@ -6,8 +6,10 @@ layer's FFN neurons by how far their weights moved (L1 of the change of their
 the top fraction. :func:`reconfigure` then splits every FFN into a small
 trainable pair of linears for the kept neurons and a frozen pair for the rest
 (no masks: the frozen pair has no gradient buffers and its weights are never
-updated or moved by the optimizer). :func:`fold_back` rebuilds the standard
-``ffn_in``/``ffn_out`` linears with the original neuron order.
+updated or moved by the optimizer). The pair replaces the layer's ``ffn_in`` and
+``ffn_out`` modules in place, so any layer with those canonical linears works,
+of any width. :func:`fold_back` rebuilds the standard ``ffn_in``/``ffn_out``
+linears with the original neuron order.
 
 Deciding (scores, selection) is kept apart from doing (reconfigure, fold back).
 """
@@ -17,7 +19,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgenlp.models.encoder import EncoderLayer
 
 
 def neuron_scores(ffn_in_before: torch.Tensor, ffn_in_after: torch.Tensor,
@@ -46,75 +47,74 @@ def _linear(in_f: int, out_f: int, weight: torch.Tensor, bias: torch.Tensor | No
     return layer
 
 
-class SplitFFN(nn.Module):
-    """An FFN whose neurons live in a trainable pair (``*_train``) and a frozen pair (``*_frozen``).
+class SplitIn(nn.Module):
+    """Stands in for ``ffn_in``: a trainable linear for the kept neurons and a frozen one for the rest.
 
-    ``order`` lists the original neuron index of each position: trainable
-    neurons first, then frozen ones. ``out_bias`` is the output bias (trainable).
+    The output holds the trainable neurons first, then the frozen ones; the
+    matching :class:`SplitOut` reads them in that order, so the layer's own
+    ``feed_forward`` (``ffn_out(act(ffn_in(x)))``) is unchanged.
     """
 
-    def __init__(self, ffn_in: nn.Linear, ffn_out: nn.Linear, keep: torch.Tensor, act) -> None:
+    def __init__(self, ffn_in: nn.Linear, keep: torch.Tensor, frozen: torch.Tensor) -> None:
         super().__init__()
-        n = ffn_in.out_features
-        frozen_mask = torch.ones(n, dtype=torch.bool)
-        frozen_mask[keep] = False
-        frozen = torch.nonzero(frozen_mask).flatten()
-        self.register_buffer("order", torch.cat([keep, frozen]), persistent=False)
-        self.act = act
-        w_in, b_in, w_out = ffn_in.weight.detach(), ffn_in.bias.detach(), ffn_out.weight.detach()
+        w, b = ffn_in.weight.detach(), ffn_in.bias.detach()
         h = ffn_in.in_features
-        k, f = len(keep), len(frozen)
-        self.in_train = _linear(h, k, w_in[keep], b_in[keep], trainable=True)
-        self.out_train = _linear(k, h, w_out[:, keep], None, trainable=True)
-        self.in_frozen = _linear(h, f, w_in[frozen], b_in[frozen], trainable=False) if f else None
-        self.out_frozen = _linear(f, h, w_out[:, frozen], None, trainable=False) if f else None
-        self.out_bias = nn.Parameter(ffn_out.bias.detach().clone())
+        self.in_features, self.out_features = h, ffn_in.out_features
+        self.train_part = _linear(h, len(keep), w[keep], b[keep], trainable=True)
+        self.frozen_part = _linear(h, len(frozen), w[frozen], b[frozen], trainable=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.out_train(self.act(self.in_train(x))) + self.out_bias
-        if self.in_frozen is not None:
-            y = y + self.out_frozen(self.act(self.in_frozen(x)))
-        return y
-
-    def fold(self) -> tuple[nn.Linear, nn.Linear]:
-        """Standard ``(ffn_in, ffn_out)`` with the original neuron order."""
-        parts_in = [self.in_train] + ([self.in_frozen] if self.in_frozen is not None else [])
-        parts_out = [self.out_train] + ([self.out_frozen] if self.out_frozen is not None else [])
-        inverse = torch.argsort(self.order)
-        w_in = torch.cat([p.weight.detach() for p in parts_in], 0)[inverse]
-        b_in = torch.cat([p.bias.detach() for p in parts_in], 0)[inverse]
-        w_out = torch.cat([p.weight.detach() for p in parts_out], 1)[:, inverse]
-        h, n = w_in.shape[1], w_in.shape[0]
-        return (_linear(h, n, w_in, b_in, trainable=True),
-                _linear(n, h, w_out, self.out_bias.detach(), trainable=True))
+        return torch.cat([self.train_part(x), self.frozen_part(x)], dim=-1)
 
 
-class ReconfiguredLayer(EncoderLayer):
-    """An :class:`EncoderLayer` whose FFN is a :class:`SplitFFN` at ``self.ffn``."""
+class SplitOut(nn.Module):
+    """Stands in for ``ffn_out``: column blocks matching :class:`SplitIn`, the bias trainable."""
 
-    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn(x)
+    def __init__(self, ffn_out: nn.Linear, keep: torch.Tensor, frozen: torch.Tensor) -> None:
+        super().__init__()
+        w = ffn_out.weight.detach()
+        h = ffn_out.out_features
+        self.in_features, self.out_features = ffn_out.in_features, h
+        self.kept = len(keep)
+        self.train_part = _linear(len(keep), h, w[:, keep], None, trainable=True)
+        self.frozen_part = _linear(len(frozen), h, w[:, frozen], None, trainable=False)
+        self.bias = nn.Parameter(ffn_out.bias.detach().clone())
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        k = self.kept
+        return self.train_part(z[..., :k]) + self.frozen_part(z[..., k:]) + self.bias
 
 
-def reconfigure(layer: EncoderLayer, keep: torch.Tensor) -> SplitFFN:
-    """Split ``layer``'s FFN so the neurons ``keep`` train on their own (in place)."""
-    if type(layer) is not EncoderLayer:
-        raise TypeError(f"expected an EncoderLayer, got {type(layer).__name__}")
-    split = SplitFFN(layer.ffn_in, layer.ffn_out, keep, layer.act)
-    split.module_order = list(layer._modules)  # fold_back restores it, so state_dict order is unchanged
-    del layer.ffn_in, layer.ffn_out
-    layer.ffn = split
-    layer.__class__ = ReconfiguredLayer
-    return split
+def reconfigure(layer: nn.Module, keep: torch.Tensor) -> tuple[SplitIn, SplitOut]:
+    """Split ``layer``'s FFN (its ``ffn_in``/``ffn_out`` linears) so the neurons ``keep`` train on their own, in place.
+
+    Works on any layer that has the canonical ``ffn_in``/``ffn_out`` linears,
+    whatever its width (an empty ``keep`` or a zero-width FFN leaves parts empty).
+    """
+    ffn_in, ffn_out = layer.ffn_in, layer.ffn_out
+    if not isinstance(ffn_in, nn.Linear) or not isinstance(ffn_out, nn.Linear):
+        raise TypeError(f"expected nn.Linear ffn_in/ffn_out, got {type(ffn_in).__name__}/{type(ffn_out).__name__}")
+    n = ffn_in.out_features
+    keep = torch.as_tensor(keep, dtype=torch.long)
+    frozen_mask = torch.ones(n, dtype=torch.bool)
+    frozen_mask[keep] = False
+    frozen = torch.nonzero(frozen_mask).flatten()
+    split_in, split_out = SplitIn(ffn_in, keep, frozen), SplitOut(ffn_out, keep, frozen)
+    split_in.register_buffer("order", torch.cat([keep, frozen]), persistent=False)
+    layer.ffn_in, layer.ffn_out = split_in, split_out  # same _modules slots: state_dict order is kept
+    return split_in, split_out
 
 
-def fold_back(layer: EncoderLayer) -> None:
-    """Undo :func:`reconfigure`: standard ``ffn_in``/``ffn_out`` with the original order (in place)."""
-    if type(layer) is not ReconfiguredLayer:
+def fold_back(layer: nn.Module) -> None:
+    """Undo :func:`reconfigure`: standard ``ffn_in``/``ffn_out`` linears in the original neuron order (in place)."""
+    split_in, split_out = layer.ffn_in, layer.ffn_out
+    if not isinstance(split_in, SplitIn):
         return
-    ffn_in, ffn_out = layer.ffn.fold()
-    order = layer.ffn.module_order
-    del layer.ffn
-    layer.ffn_in, layer.ffn_out = ffn_in, ffn_out
-    layer._modules = {name: layer._modules[name] for name in order}
-    layer.__class__ = EncoderLayer
+    inverse = torch.argsort(split_in.order)
+    parts_in = (split_in.train_part, split_in.frozen_part)
+    w_in = torch.cat([p.weight.detach() for p in parts_in], 0)[inverse]
+    b_in = torch.cat([p.bias.detach() for p in parts_in], 0)[inverse]
+    w_out = torch.cat([split_out.train_part.weight.detach(), split_out.frozen_part.weight.detach()], 1)[:, inverse]
+    h, n = w_in.shape[1], w_in.shape[0]
+    layer.ffn_in = _linear(h, n, w_in, b_in, trainable=True)
+    layer.ffn_out = _linear(n, h, w_out, split_out.bias.detach(), trainable=True)

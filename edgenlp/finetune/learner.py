@@ -143,7 +143,9 @@ def add_learners(
     """Wrap each module in ``ranks`` (path -> rank) with a :class:`LearnerLinear`, in place.
 
     ``init`` optionally gives ``(P1, P2)`` for a path instead of the zero-delta start.
-    Ranks are capped at ``min(in, out)``. Returns path -> Learner.
+    Ranks are capped at ``min(in, out)``; a zero-width linear (a pruned-away
+    FFN or attention block) has nothing to learn and is left as it is.
+    Returns path -> Learner.
     """
     gen = torch.Generator().manual_seed(seed)
     out = {}
@@ -152,6 +154,8 @@ def add_learners(
         if not isinstance(base, nn.Linear):
             raise TypeError(f"{path} is a {type(base).__name__}, not nn.Linear")
         r = min(r, base.in_features, base.out_features)
+        if r == 0:
+            continue
         layer = LearnerLinear(base, r, generator=gen)
         if init and path in init:
             p1, p2 = init[path]

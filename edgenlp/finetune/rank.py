@@ -40,7 +40,8 @@ def choose_ranks(
     """Per-layer ranks for the weight changes ``deltas`` (path -> out x in tensor).
 
     Returns ``(ranks, info)``; ``info`` records the share actually used and the
-    parameter cost. Raises ``ValueError`` for an empty ``deltas`` or a bad share.
+    parameter cost. A zero-width weight (a pruned-away block) gets no rank and
+    no entry. Raises ``ValueError`` for an empty ``deltas`` or a bad share.
 
     >>> d = {"a": torch.randn(8, 2) @ torch.randn(2, 8)}
     >>> choose_ranks(d, energy=0.999)[0]["a"]
@@ -50,6 +51,7 @@ def choose_ranks(
         raise ValueError("choose_ranks needs at least one weight change")
     if not 0.0 < energy <= 1.0:
         raise ValueError(f"energy must be in (0, 1], got {energy}")
+    deltas = {path: d for path, d in deltas.items() if d.numel()}
     curves = {path: energy_curve(d) for path, d in deltas.items()}
     cost_per_rank = {path: d.shape[0] + d.shape[1] for path, d in deltas.items()}
 

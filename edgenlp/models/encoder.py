@@ -28,7 +28,14 @@ MASK_BIAS = -1e9  # additive bias for padded keys; exp() underflows to exactly 0
 
 @dataclass(frozen=True)
 class EncoderShape:
-    """Shape of an encoder. ``heads`` and ``ffn`` are per layer (pruning makes them uneven)."""
+    """Shape of an encoder. ``heads`` and ``ffn`` are per layer (pruning makes them uneven).
+
+    ``head_dim`` is global: pruning removes whole heads (a layer's attention
+    width is ``heads[i] * head_dim``), never dimensions inside a head. ``hidden``
+    is shared by every layer (hidden-dimension pruning shrinks it everywhere).
+    A layer with 0 heads skips attention and one with ``ffn == 0`` skips the FFN
+    (each block then contributes only its output bias).
+    """
 
     family: str
     vocab_size: int

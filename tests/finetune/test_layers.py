@@ -95,17 +95,17 @@ def test_far_reconfigured_ffn_equals_original_and_fold_back_restores_layout():
     keep = far.select_neurons(torch.arange(128.0).flip(0), 0.25)  # neurons 0..31 score highest
     assert keep.tolist() == list(range(32))
     keep = torch.tensor([5, 17, 64, 100, 127])
-    split = far.reconfigure(layer, keep)
-    assert isinstance(layer, far.ReconfiguredLayer) and not hasattr(layer, "ffn_in")
-    assert split.in_train.out_features == 5 and split.in_frozen.out_features == 123
-    assert split.in_train.weight.requires_grad and not split.in_frozen.weight.requires_grad
-    assert not split.out_frozen.weight.requires_grad and split.out_bias.requires_grad
+    split_in, split_out = far.reconfigure(layer, keep)
+    assert layer.ffn_in is split_in and layer.ffn_out is split_out
+    assert split_in.train_part.out_features == 5 and split_in.frozen_part.out_features == 123
+    assert split_in.train_part.weight.requires_grad and not split_in.frozen_part.weight.requires_grad
+    assert not split_out.frozen_part.weight.requires_grad and split_out.bias.requires_grad
     with torch.no_grad():
         torch.testing.assert_close(model(ids, mask), reference, rtol=0, atol=1e-5)
-        split.in_train.weight[2].add_(1.0)  # neuron 64's input row
-        split.out_train.weight[:, 4].add_(2.0)  # neuron 127's output column
+        split_in.train_part.weight[2].add_(1.0)  # neuron 64's input row
+        split_out.train_part.weight[:, 4].add_(2.0)  # neuron 127's output column
     far.fold_back(layer)
-    assert type(layer).__name__ == "EncoderLayer"
+    assert type(layer.ffn_in) is torch.nn.Linear and type(layer.ffn_out) is torch.nn.Linear
     state = model.state_dict()
     assert list(state) == list(before)
     for k, v in before.items():

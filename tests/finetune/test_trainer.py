@@ -37,7 +37,7 @@ CASES = [
     ("learner-rank-auto", FinetuneConfig(method="learner", learner=LearnerConfig(rank="auto", priming_steps=2)),
      [("priming", _is(TARGET_WEIGHTS, HEAD)), ("learners", _is(LEARNER, HEAD))]),
     ("far", FinetuneConfig(method="far", far=FarConfig(keep=0.25)),
-     [("priming", lambda n: True), ("reconfigured", lambda n: "_frozen." not in n)]),
+     [("priming", lambda n: True), ("reconfigured", lambda n: "frozen_part." not in n)]),
 ]
 IDS = [c[0] for c in CASES]
 

@@ -1,0 +1,1 @@
+"""``edgenlp compress``: fine-tune -> prune -> quantize -> export -> verify, under a device budget."""

@@ -35,6 +35,23 @@ def _rank_overrides(items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def _learning_rates(items: tuple[str, ...]) -> dict[str, float]:
+    """``--lr`` values: ``VALUE`` (the body) or ``GROUP=VALUE`` with GROUP in body, head, priming."""
+    from edgenlp.finetune.config import LR_GROUPS
+
+    out: dict[str, float] = {}
+    for item in items:
+        group, sep, value = item.rpartition("=")
+        group = group if sep else "body"
+        if group not in LR_GROUPS:
+            raise EdgeNLPError(f"--lr {item!r}: unknown parameter group {group!r} (groups: {', '.join(LR_GROUPS)})")
+        try:
+            out[group] = float(value)
+        except ValueError:
+            raise EdgeNLPError(f"--lr {item!r}: {value!r} is not a number") from None
+    return out
+
+
 @click.command("finetune")
 @click.argument("model")
 @click.option("--task", required=True, help="sst2, banking77, or a folder with train.tsv and dev.tsv.")
@@ -47,12 +64,19 @@ def _rank_overrides(items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
 @click.option("--rank-budget", type=int, default=None, help="--rank auto: most Learner parameters (default: what the fixed rank uses).")
 @click.option("--far-keep", type=float, default=None, help="FAR: fraction of FFN neurons kept trainable (default 0.1).")
 @click.option("--far-priming", type=float, default=None, help="FAR: fraction of steps priming the whole model (default 0.1).")
-@click.option("--epochs", type=int, default=3, show_default=True, help="Total epochs, priming included.")
+@click.option("--epochs", type=int, default=None,
+              help="Total epochs, priming included (default: from the training-set size, at least 600 steps, at most 10 epochs).")
 @click.option("--train-limit", type=int, default=None, help="Train on a seeded subset of this many rows.")
 @click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--max-seq-len", type=int, default=128, show_default=True)
-@click.option("--lr", type=float, default=None, help="Learning rate (default per method: 5e-5 full/far/freeze-ffn, 1e-3 learner/bitfit).")
+@click.option("--lr", "lrs", multiple=True, metavar="[GROUP=]LR",
+              help="Learning rate of a parameter group (repeatable): body (the default group; 5e-5 full/far/freeze-ffn, "
+                   "1e-3 learner/bitfit), head (classifier + pooler; 2e-3), priming (learner; 5e-5).")
+@click.option("--no-early-stop", "no_early_stop", is_flag=True,
+              help="Keep the last epoch's weights and run every epoch (default: keep the best dev accuracy).")
+@click.option("--patience", type=int, default=2, show_default=True, help="Early stopping: epochs without a better dev accuracy.")
+@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda (training only; export and latency use the CPU).")
 @click.option("--priming-lr", type=float, default=None, help="Learner: learning rate of weights trained while priming (default 5e-5).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--threads", type=int, default=None, help="torch intra-op threads.")
@@ -61,7 +85,8 @@ def _rank_overrides(items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
 @click.option("--json", "json_file", default=None, help="Also write the report here ('-' for stdout).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_steps, energy, rank_budget, far_keep,
-                 far_priming, epochs, train_limit, max_steps, batch_size, max_seq_len, lr, priming_lr, seed, threads,
+                 far_priming, epochs, train_limit, max_steps, batch_size, max_seq_len, lrs, no_early_stop, patience, device,
+                 priming_lr, seed, threads,
                  data_dir, out_dir, json_file, quiet) -> None:
     """Fine-tune MODEL on a task; write a Hugging Face directory with finetune.json.
 
@@ -70,13 +95,20 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
       edgenlp finetune minilm-l6 --task sst2 --method learner --train-limit 8000 --epochs 3 --out out/ft
       edgenlp finetune minilm-l6 --task banking77 --method learner --rank auto --priming-epochs 0.5 --out out/b77
       edgenlp finetune minilm-l6 --task sst2 --method far --far-keep 0.1 --out out/far
+      edgenlp finetune minilm-l6 --task banking77 --method full --lr 5e-5 --lr head=2e-3 --epochs 2 --out out/full
     """
     from edgenlp.data.tasks import load_task
     from edgenlp.finetune.config import FarConfig, FinetuneConfig, LearnerConfig
     from edgenlp.finetune.trainer import finetune
     from edgenlp.models.registry import load_model
-    from edgenlp.utils import atomic_write_json
+    from edgenlp.utils import atomic_write_json, resolve_device
 
+    device = resolve_device(device)
+    lr = _learning_rates(lrs)
+    if "priming" in lr:
+        if priming_lr is not None:
+            raise EdgeNLPError("give the priming learning rate once (--lr priming=... or --priming-lr)")
+        priming_lr = lr["priming"]
     learner_opts = {"rank": rank, "rank_for": rank_for, "priming_epochs": priming_epochs, "priming_steps": priming_steps,
                     "energy": energy, "rank_budget": rank_budget, "priming_lr": priming_lr}
     far_opts = {"far_keep": far_keep, "far_priming": far_priming}
@@ -96,14 +128,15 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
             kw = {"keep": far_keep, "priming_fraction": far_priming}
             far = FarConfig(**{k: v for k, v in kw.items() if v is not None})
         config = FinetuneConfig(method=method, epochs=epochs, max_steps=max_steps, train_limit=train_limit,
-                                batch_size=batch_size, lr=lr, seed=seed, max_seq_len=max_seq_len, threads=threads,
+                                batch_size=batch_size, lr=lr.get("body"), head_lr=lr.get("head"),
+                                early_stop=not no_early_stop, patience=patience, seed=seed, max_seq_len=max_seq_len, threads=threads,
                                 learner=learner, far=far)
     except ValueError as exc:
         raise EdgeNLPError(f"invalid option: {exc}") from None
     data = load_task(task, data_dir=data_dir)
     net, info = load_model(model, labels=data.labels, seed=seed)
     show = not quiet and sys.stderr.isatty()
-    result = finetune(net, info, data, config, show_progress=show)
+    result = finetune(net, info, data, config, device=device, show_progress=show)
     out = result.save(out_dir, info)
     if json_file == "-":
         click.echo(json.dumps(result.report, indent=2))
@@ -111,6 +144,8 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
         atomic_write_json(json_file, result.report)
     dev = result.report["dev"]
     tp = result.report["trainable_params"]
-    click.echo(f"{method}: dev accuracy {dev.get('accuracy', float('nan')):.4f}"
+    es = result.report["early_stop"]
+    kept = f" (epoch {es['best_epoch']} of {es['epochs_run']})" if es["enabled"] and es["epochs_run"] > 1 else ""
+    click.echo(f"{method}: dev accuracy {dev.get('accuracy', float('nan')):.4f}{kept}"
                + (f", macro-F1 {dev['macro_f1']:.4f}" if "macro_f1" in dev else "")
                + f"; trainable {tp['count']:,} ({tp['percent']:.2f}%); wrote {out}", err=True)

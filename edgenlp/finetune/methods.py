@@ -34,17 +34,47 @@ class Phase:
     enter: Callable[[], list[dict]]  # sets requires_grad; returns AdamW parameter groups
 
 
-def param_groups(params: Iterable[nn.Parameter], *, lr: float, weight_decay: float) -> list[dict]:
-    """AdamW groups: matrices decay, vectors (biases, norms) do not; each group remembers its base lr."""
+def param_groups(params: Iterable[nn.Parameter], *, lr: float, weight_decay: float, name: str = "body") -> list[dict]:
+    """AdamW groups: matrices decay, vectors (biases, norms) do not; each group remembers its name and base lr."""
     params = list(params)
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = []
     if decay:
-        groups.append({"params": decay, "lr": lr, "base_lr": lr, "weight_decay": weight_decay})
+        groups.append({"params": decay, "lr": lr, "base_lr": lr, "weight_decay": weight_decay, "name": name})
     if no_decay:
-        groups.append({"params": no_decay, "lr": lr, "base_lr": lr, "weight_decay": 0.0})
+        groups.append({"params": no_decay, "lr": lr, "base_lr": lr, "weight_decay": 0.0, "name": name})
     return groups
+
+
+def head_parameters(model: EncoderClassifier) -> list[nn.Parameter]:
+    """The task head: the classifier and the pooler feeding it (Learner factors on the pooler included)."""
+    return list(model.classifier.parameters()) + list(model.pooler.parameters())
+
+
+def split_head(model: EncoderClassifier, params: Iterable[nn.Parameter], *, lr: float, head_lr: float,
+               weight_decay: float, name: str = "body") -> list[dict]:
+    """Groups for ``params``: the head's at ``head_lr`` (group ``"head"``), the rest at ``lr`` (group ``name``)."""
+    head = {id(p) for p in head_parameters(model)}
+    params = list(params)
+    return (param_groups([p for p in params if id(p) not in head], lr=lr, weight_decay=weight_decay, name=name)
+            + param_groups([p for p in params if id(p) in head], lr=head_lr, weight_decay=weight_decay, name="head"))
+
+
+@torch.no_grad()
+def plain_state_dict(model: EncoderClassifier) -> dict[str, torch.Tensor]:
+    """The weights ``model`` would have as a plain model (Learners merged, FAR layers folded), as copies.
+
+    ``model`` itself is not changed; this is what early stopping keeps as the
+    best checkpoint, whatever phase the run is in.
+    """
+    import copy
+
+    clone = copy.deepcopy(model)
+    learner_mod.merge_and_unload(clone, safe=False)
+    for layer in clone.layers:
+        far_mod.fold_back(layer)
+    return {k: v.detach().clone() for k, v in clone.state_dict().items()}
 
 
 def train_only(model: nn.Module, params: Iterable[nn.Parameter]) -> list[nn.Parameter]:
@@ -69,6 +99,7 @@ class Method:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self.lr = config.resolved_lr
+        self.head_lr = config.resolved_head_lr
 
     def trainable(self) -> list[nn.Parameter]:
         raise NotImplementedError
@@ -78,7 +109,10 @@ class Method:
 
     def _enter_single(self) -> list[dict]:
         params = train_only(self.model, self.trainable())
-        return param_groups(params, lr=self.lr, weight_decay=self.config.weight_decay)
+        return self._groups(params)
+
+    def _groups(self, params: Iterable[nn.Parameter]) -> list[dict]:
+        return split_head(self.model, params, lr=self.lr, head_lr=self.head_lr, weight_decay=self.config.weight_decay)
 
     def finish(self) -> dict:
         return {}
@@ -179,13 +213,17 @@ class LearnerMethod(Method):
             primed = self._attention_params()
             fast = self._learner_params() + head
         train_only(self.model, primed + fast)
-        return param_groups(primed, lr=self.lcfg.priming_lr, weight_decay=wd) + param_groups(fast, lr=self.lr, weight_decay=wd)
+        heads = {id(p) for p in head_parameters(self.model)}
+        # primed pooler weights (rank auto) belong to the head and train at its rate
+        primed_body = [p for p in primed if id(p) not in heads]
+        fast += [p for p in primed if id(p) in heads]
+        return param_groups(primed_body, lr=self.lcfg.priming_lr, weight_decay=wd, name="priming") + self._groups(fast)
 
     def _enter_learners(self) -> list[dict]:
         if self.auto and not learner_mod.learners(self.model):
             self._learners_from_priming()
         params = train_only(self.model, self._learner_params() + list(self.model.classifier.parameters()))
-        return param_groups(params, lr=self.lr, weight_decay=self.config.weight_decay)
+        return self._groups(params)
 
     @torch.no_grad()
     def _learners_from_priming(self) -> None:
@@ -252,7 +290,7 @@ class FarMethod(Method):
     def _enter_reconfigured(self) -> list[dict]:
         self._reconfigure()
         params = [p for p in self.model.parameters() if p.requires_grad]
-        return param_groups(params, lr=self.lr, weight_decay=self.config.weight_decay)
+        return self._groups(params)
 
     def finish(self) -> dict:
         for layer in self.model.layers:

@@ -3,8 +3,10 @@
 :func:`finetune` tokenizes the task once, batches it in a seeded order with
 per-batch dynamic padding, runs the method's phases with AdamW (linear warmup
 then linear decay over the whole run; optimizer state carries across phases
-for parameters that keep training), evaluates on dev after every epoch and
-returns the collapsed model with a report (the content of ``finetune.json``).
+for parameters that keep training; the task head in its own group at its own
+learning rate), evaluates on dev after every epoch, keeps the best-dev weights
+(early stopping) and returns the collapsed model with a report (the content
+of ``finetune.json``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from edgenlp.utils import atomic_write_json, environment, peak_rss_mb
 
 log = logging.getLogger(__name__)
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: lr per group, early_stop, device, epochs_planned; "dev" is the kept (best) epoch's
 
 
 @dataclass
@@ -90,7 +92,8 @@ def collate(data: Encoded, index: list[int], *, pad_id: int) -> tuple[torch.Tens
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: int = 128, pad_id: int = 0) -> dict:
+def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: int = 128, pad_id: int = 0,
+             device: str = "cpu") -> dict:
     """Accuracy (and macro-F1 for more than two labels) over ``data``, in batches, eval mode."""
     was_training = model.training
     model.eval()
@@ -99,7 +102,7 @@ def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: in
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
         ids, mask, _ = collate(data, index, pad_id=pad_id)
-        for i, p in zip(index, model(ids, mask).argmax(-1).tolist()):
+        for i, p in zip(index, model(ids.to(device), mask.to(device)).argmax(-1).tolist()):
             pred[i] = p
     model.train(was_training)
     return classification_report(pred, data.labels, num_labels=num_labels)
@@ -130,6 +133,15 @@ def count_trainable(groups: list[dict]) -> int:
     return sum(p.numel() for g in groups for p in g["params"])
 
 
+def describe_groups(groups: list[dict]) -> list[dict]:
+    """Per named group: the base learning rate and parameter count (decay / no-decay halves summed)."""
+    out: dict[str, dict] = {}
+    for g in groups:
+        d = out.setdefault(g["name"], {"name": g["name"], "lr": g["base_lr"], "params": 0})
+        d["params"] += sum(p.numel() for p in g["params"])
+    return list(out.values())
+
+
 def _progress(show: bool):
     if not show:
         return nullcontext(None)
@@ -158,14 +170,20 @@ def finetune(
     task: TaskData,
     config: FinetuneConfig,
     *,
+    device: str = "cpu",
     show_progress: bool = False,
 ) -> FinetuneResult:
     """Fine-tune ``model`` (in place) on ``task`` with ``config.method``.
 
     Returns a :class:`FinetuneResult` whose model has the base architecture
-    (Learners merged, FAR layers folded back) in eval mode. Raises
-    :class:`edgenlp.errors.EdgeNLPError` for a run that cannot work with this
-    data (for example priming longer than the run) and ``ValueError`` for
+    (Learners merged, FAR layers folded back), on the CPU, in eval mode. With
+    ``config.early_stop`` (the default) it holds the weights of the epoch with
+    the best dev accuracy, and training ends after
+    ``config.patience`` epochs without improvement (never in the first half
+    of the planned steps: a new head can sit on a plateau for a while). ``device`` is
+    ``"auto"``, ``"cpu"`` or ``"cuda"`` (:func:`edgenlp.utils.resolve_device`).
+    Raises :class:`edgenlp.errors.EdgeNLPError` for a run that cannot work with
+    this data (for example priming longer than the run) and ``ValueError`` for
     labels that do not match the model's head.
 
     >>> from edgenlp.models.registry import load_model                       # doctest: +SKIP
@@ -174,8 +192,12 @@ def finetune(
     >>> res = finetune(model, info, data, FinetuneConfig(method="learner"))  # doctest: +SKIP
     >>> res.report["dev"]["accuracy"]                                         # doctest: +SKIP
     """
+    from edgenlp.finetune.methods import plain_state_dict
+    from edgenlp.utils import resolve_device
+
     if tuple(model.labels) != tuple(task.labels):
         raise ValueError(f"model labels {model.labels[:5]}... do not match task labels {task.labels[:5]}...")
+    device = resolve_device(device)
     if config.threads:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)  # dropout
@@ -186,14 +208,17 @@ def finetune(
     train_split = task.train.sample(config.train_limit, seed=config.subset_seed)
     train = encode_split(tokenizer, train_split, task.labels, max_len=config.max_seq_len)
     dev = encode_split(tokenizer, task.dev, task.labels, max_len=config.max_seq_len)
+    metric = "accuracy"  # early stopping keeps the best dev accuracy
 
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
-    total_steps = config.epochs * steps_per_epoch
+    planned_epochs = config.epochs_for(len(train))
+    total_steps = planned_epochs * steps_per_epoch
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
     warmup = int(config.warmup_fraction * total_steps)
     total_params = model.param_count()
 
+    model.to(device)
     method = METHOD_TYPES[config.method](model, config, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
     phases = method.phases()
     boundaries = []  # (first step, phase)
@@ -202,8 +227,8 @@ def finetune(
         if phase.steps > 0:
             boundaries.append((first, phase))
         first += phase.steps
-    log.info("%s: %d train rows, %d steps (%d/epoch), phases %s", config.method, len(train), total_steps,
-             steps_per_epoch, ", ".join(f"{p.name}={p.steps}" for _, p in boundaries))
+    log.info("%s on %s: %d train rows, %d steps (%d/epoch, %d epochs planned), phases %s", config.method, device,
+             len(train), total_steps, steps_per_epoch, planned_epochs, ", ".join(f"{p.name}={p.steps}" for _, p in boundaries))
 
     order_gen = torch.Generator().manual_seed(config.seed)
     loss_fn = nn.CrossEntropyLoss()
@@ -212,6 +237,8 @@ def finetune(
     current: Phase | None = None
     phase_stats: list[dict] = []
     epochs: list[dict] = []
+    best: dict | None = None  # {"epoch", "score", "state"}: the best-dev plain weights so far
+    stopped_early = False
     step = 0
     show = _progress(show_progress)
     with show as progress:
@@ -227,15 +254,17 @@ def finetune(
                 if boundaries and boundaries[0][0] == step:
                     _, current = boundaries.pop(0)
                     groups = current.enter()
+                    model.to(device)  # modules a phase adds (Learners) start on the CPU
                     optimizer = build_optimizer(groups, optimizer)
                     model.zero_grad(set_to_none=True)
                     phase_stats.append({"name": current.name, "steps": current.steps, "first_step": step,
                                         "trainable_params": count_trainable(groups),
                                         "trainable_percent": round(100.0 * count_trainable(groups) / total_params, 3),
-                                        "train_s": 0.0})
-                    log.info("step %d: phase %s, %d trainable parameters", step, current.name, count_trainable(groups))
+                                        "lr_groups": describe_groups(groups), "train_s": 0.0})
+                    log.info("step %d: phase %s, %d trainable parameters, lr %s", step, current.name,
+                             count_trainable(groups), {g["name"]: g["lr"] for g in phase_stats[-1]["lr_groups"]})
                 index = perm[start : start + config.batch_size]
-                ids, mask, labels = collate(train, index, pad_id=pad_id)
+                ids, mask, labels = (t.to(device) for t in collate(train, index, pad_id=pad_id))
                 t0 = time.perf_counter()
                 factor = lr_factor(step, total=total_steps, warmup=warmup)
                 for group in optimizer.param_groups:
@@ -246,24 +275,43 @@ def finetune(
                 torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
+                loss_value = float(loss.detach())  # synchronizes an accelerator, so dt is the step's time
                 dt = time.perf_counter() - t0
                 phase_stats[-1]["train_s"] += dt
                 epoch_time += dt
                 epoch_examples += len(index)
-                loss_sum += float(loss.detach()) * len(index)
+                loss_sum += loss_value * len(index)
                 loss_n += len(index)
                 step += 1
                 if progress is not None:
-                    progress.update(bar, advance=1, loss=float(loss.detach()), eps=epoch_examples / max(epoch_time, 1e-9),
+                    progress.update(bar, advance=1, loss=loss_value, eps=epoch_examples / max(epoch_time, 1e-9),
                                     description=f"{config.method} e{epoch} {current.name}")
-            dev_metrics = evaluate(model, dev, num_labels=task.num_labels, batch_size=config.eval_batch_size, pad_id=pad_id)
+            dev_metrics = evaluate(model, dev, num_labels=task.num_labels, batch_size=config.eval_batch_size,
+                                   pad_id=pad_id, device=device)
             model.train()
             epochs.append({"epoch": epoch, "steps": step, "wall_s": round(epoch_time, 3),
                            "examples_per_s": round(epoch_examples / max(epoch_time, 1e-9), 2),
                            "train_loss": round(loss_sum / max(loss_n, 1), 5), "dev": dev_metrics})
             log.info("epoch %d: loss %.4f, dev %s, %.1fs", epoch, epochs[-1]["train_loss"], dev_metrics, epoch_time)
+            if config.early_stop:
+                score = dev_metrics[metric]
+                if best is None or score > best["score"]:
+                    best = {"epoch": epoch, "score": score, "state": plain_state_dict(model)}
+                elif epoch - best["epoch"] >= config.patience and total_steps > step >= total_steps // 2:
+                    log.info("early stop after epoch %d: dev %s has not improved on epoch %d (%.4f) for %d epochs",
+                             epoch, metric, best["epoch"], best["score"], config.patience)
+                    stopped_early = True
+                    break
 
     extra = method.finish()
+    best_epoch = len(epochs)
+    if best is not None:
+        best_epoch = best["epoch"]
+        if best_epoch != len(epochs):
+            model.load_state_dict(best["state"])
+            log.info("restored the weights of epoch %d (dev %s %.4f)", best_epoch, metric, best["score"])
+        best = None
+    model.to("cpu")
     for p in model.parameters():
         p.requires_grad_(True)
     model.eval()
@@ -273,6 +321,10 @@ def finetune(
     trained_examples = sum(e["examples_per_s"] * e["wall_s"] for e in epochs)
     train_time = sum(e["wall_s"] for e in epochs)
     final_phase = phase_stats[-1] if phase_stats else {"trainable_params": 0}
+    lr_used = {}
+    for s in phase_stats:
+        for g in s["lr_groups"]:
+            lr_used.setdefault(g["name"], g["lr"])
     report = {
         "version": REPORT_VERSION,
         "method": config.method,
@@ -280,8 +332,14 @@ def finetune(
         "config": config.to_dict(),
         "model": info.to_dict(),
         "task": {**task.to_dict(), "train_rows_used": len(train), "primary_metric": task.primary_metric},
+        "device": device,
         "steps": step,
+        "steps_planned": total_steps,
         "steps_per_epoch": steps_per_epoch,
+        "epochs_planned": planned_epochs,
+        "lr": lr_used,
+        "early_stop": {"enabled": config.early_stop, "patience": config.patience, "stopped_early": stopped_early,
+                       "best_epoch": best_epoch, "epochs_run": len(epochs)},
         "trainable_params": {
             "count": final_phase["trainable_params"],
             "percent": round(100.0 * final_phase["trainable_params"] / total_params, 3),
@@ -293,7 +351,8 @@ def finetune(
         "wall_s_per_epoch": [e["wall_s"] for e in epochs],
         "examples_per_s": round(trained_examples / max(train_time, 1e-9), 2),
         "peak_rss_mb": round(peak_rss_mb(), 1),
-        "dev": epochs[-1]["dev"] if epochs else {},
+        "dev": epochs[best_epoch - 1]["dev"] if epochs else {},
+        "dev_last_epoch": epochs[-1]["dev"] if epochs else {},
         "dev_per_epoch": [e["dev"] for e in epochs],
         "total_wall_s": round(time.perf_counter() - start_wall, 2),
         "threads": torch.get_num_threads(),

@@ -22,7 +22,17 @@ BAD_CONFIGS = [
     (lambda: FinetuneConfig(method="lora"), "method must be one of"),
     (lambda: FinetuneConfig(epochs=0), "epochs must be an integer >= 1"),
     (lambda: FinetuneConfig(batch_size=0), "batch_size"),
-    (lambda: FinetuneConfig(lr=-1.0), "lr must be a positive number"),
+    (lambda: FinetuneConfig(lr=-1.0), "lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(lr=0.0), "lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(lr=float("nan")), "lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(lr=5.0), "lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(head_lr=0), "head_lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(head_lr=True), "head_lr must be a learning rate in (0, 1]"),
+    (lambda: LearnerConfig(priming_lr=-1e-5), "priming_lr must be a learning rate in (0, 1]"),
+    (lambda: FinetuneConfig(epochs=-2), "epochs must be an integer >= 1"),
+    (lambda: FinetuneConfig(epochs=1.5), "epochs must be an integer >= 1"),
+    (lambda: FinetuneConfig(patience=0), "patience must be an integer >= 1"),
+    (lambda: FinetuneConfig(early_stop="yes"), "early_stop must be True or False"),
     (lambda: FinetuneConfig(method="full", learner=LearnerConfig()), "use method='learner'"),
 ]
 
@@ -42,14 +52,26 @@ def test_bad_config_raises_value_error(make, message):
         FinetuneConfig(method="learner", learner=LearnerConfig(rank="auto", energy=0.8, budget=1000)),
         FinetuneConfig(method="far", far=FarConfig(keep=0.25)),
         FinetuneConfig(method="bitfit", lr=1e-4, max_steps=10),
+        FinetuneConfig(method="full", epochs=2, head_lr=1e-3, early_stop=False, patience=3),
     ],
 )
 def test_config_round_trips_through_dict(config):
     d = config.to_dict()
-    assert d["type"] == "FinetuneConfig" and d["version"] == 1 and d["resolved_lr"] == config.resolved_lr
+    assert d["type"] == "FinetuneConfig" and d["version"] == 2 and d["resolved_lr"] == config.resolved_lr
+    assert d["resolved_head_lr"] == config.resolved_head_lr
     if config.learner is not None:
         assert d["learner"]["type"] == "LearnerConfig"
     assert FinetuneConfig.from_dict(d) == config
+
+
+def test_version_1_dicts_read_back_as_what_they_ran():
+    """Version 1 trained the head at the body's rate for 3 epochs and kept the last epoch."""
+    old = {"type": "FinetuneConfig", "version": 1, "method": "full", "epochs": 1, "lr": None, "resolved_lr": 5e-5}
+    cfg = FinetuneConfig.from_dict(old)
+    assert (cfg.epochs, cfg.resolved_lr, cfg.resolved_head_lr, cfg.early_stop) == (1, 5e-5, 5e-5, False)
+    no_epochs = FinetuneConfig.from_dict({"type": "FinetuneConfig", "version": 1, "method": "bitfit", "lr": 1e-4})
+    assert (no_epochs.epochs, no_epochs.resolved_head_lr) == (3, 1e-4)
+    assert FinetuneConfig().head_lr is None and FinetuneConfig().resolved_head_lr == 2e-3
 
 
 def test_method_defaults_fill_in_their_config():
@@ -66,6 +88,19 @@ CLI_ERRORS = [
     (["--method", "far", "--far-keep", "0"], "keep must be in (0, 1]"),
     (["--method", "sgd"], "method must be one of"),
     (["--method", "full", "--rank", "8"], "--rank only apply to --method learner"),
+    (["--lr", "0"], "lr must be a learning rate in (0, 1]"),
+    (["--lr", "-1e-4"], "lr must be a learning rate in (0, 1]"),
+    (["--lr", "nan"], "lr must be a learning rate in (0, 1]"),
+    (["--lr", "head=3"], "head_lr must be a learning rate in (0, 1]"),
+    (["--lr", "head=fast"], "--lr 'head=fast': 'fast' is not a number"),
+    (["--lr", "tail=1e-3"], "unknown parameter group 'tail' (groups: body, head, priming)"),
+    (["--lr", "=1e-3"], "unknown parameter group ''"),
+    (["--lr", "priming=1e-4"], "--priming-lr only apply to --method learner"),
+    (["--method", "learner", "--lr", "priming=0"], "priming_lr must be a learning rate in (0, 1]"),
+    (["--epochs", "0"], "epochs must be an integer >= 1"),
+    (["--epochs", "-3"], "epochs must be an integer >= 1"),
+    (["--patience", "0"], "patience must be an integer >= 1"),
+    (["--device", "tpu"], "--device must be one of auto, cpu, cuda"),
 ]
 
 

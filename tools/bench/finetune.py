@@ -1,14 +1,25 @@
-"""Benchmark: cheap fine-tuning methods against full fine-tuning on MiniLM-L6 (not CI).
+"""Benchmark: cheap fine-tuning methods against tuned full fine-tuning on MiniLM-L6 (not CI).
 
-Every (task, method, seed) runs ``edgenlp finetune`` in its own subprocess, so
-peak RSS is per run; all runs share one epoch count, thread count and
-sequence length. Writes ``tools/bench/results/finetune.json`` (all reports)
-and ``finetune.md`` (the table), updated after every run so a cut-short
-benchmark still leaves its numbers.
+Every (task, method, learning rates, seed) runs ``edgenlp finetune`` in its own
+subprocess, so peak RSS is per run; all runs share one epoch count, thread
+count and sequence length. The protocol, per task and method:
 
-    python tools/bench/finetune.py --budget-min 50     # default plan, nothing new started after 50 min
-    python tools/bench/finetune.py --seeds 0 1 2 --epochs 3 --workdir /tmp/ftb   # rerun reuses finished runs
-    python tools/bench/finetune.py --only full learner --tasks sst2
+1. sweep: seed 0 at every (body lr, head lr) of ``--sweep-lr`` x
+   ``--sweep-head-lr`` (``default`` is the library's default for that method),
+   for the methods in ``--sweep-only`` and tasks in ``--sweep-tasks``;
+2. seeds: every seed of ``--seeds`` at the sweep's best setting (dev accuracy).
+
+Runs go in priority order (seed 0 at the defaults, then the sweep, then the
+other seeds), so a run cut short by ``--budget-min`` still answers the main
+comparison. ``--step-timing N`` times N interleaved steps per method in one
+process instead. Writes ``<out>.json`` (all reports) and ``<out>.md``,
+updated after every run.
+
+    # the full protocol (3 body x 3 head lrs spanning 10x, 3 seeds, every method; best on a CUDA machine)
+    python tools/bench/finetune.py --sweep-lr 2e-5 5e-5 2e-4 --sweep-head-lr 5e-4 2e-3 5e-3 --seeds 0 1 2 --device cuda
+    python tools/bench/finetune.py --step-timing 50                           # interleaved step times
+    python tools/bench/finetune.py --only full learner --sweep-head-lr default 5e-4 5e-3 --sweep-only full \
+        --sweep-tasks banking77 --seeds 0 1 2 --budget-min 55 --workdir /tmp/ftb   # rerun reuses finished runs
 """
 
 from __future__ import annotations
@@ -41,23 +52,35 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
     "learner-rank-auto": ("learner", ["--rank", "auto", "--priming-epochs", "{priming}"]),
 }
 MAIN = ("full", "learner", "far")  # the comparison the targets are about: run first
+DEFAULT = "default"  # a sweep value meaning "the library's default for this method"
 TASK_ARGS = {"sst2": ["--train-limit", "8000"], "banking77": []}
 
 
-def run_one(task: str, variant: str, seed: int, args, workdir: Path) -> dict:
+def setting_name(setting: tuple[str, str]) -> str:
+    lr, head = setting
+    return f"lr={lr},head={head}"
+
+
+def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tuple[str, str] = (DEFAULT, DEFAULT)) -> dict:
     method, extra = VARIANTS[variant]
     extra = [a.format(priming=args.priming_epochs) for a in extra]
-    out = workdir / f"{task}-{variant}-{seed}"
-    report = workdir / f"{task}-{variant}-{seed}.json"
+    lr, head = setting
+    extra += ([] if lr == DEFAULT else ["--lr", f"body={lr}"]) + ([] if head == DEFAULT else ["--lr", f"head={head}"])
+    tag = "" if setting == (DEFAULT, DEFAULT) else f"-lr{lr}-head{head}"
+    out = workdir / f"{task}-{variant}{tag}-{seed}"
+    report = workdir / f"{task}-{variant}{tag}-{seed}.json"
     if report.exists():  # finished by an earlier, interrupted invocation with the same --workdir
         log.info("reuse: %s", report)
         data = json.loads(report.read_text())
-        data["bench"] = {"task": task, "variant": variant, "seed": seed, "process_wall_s": None, "reused": True}
+        data["bench"] = {"task": task, "variant": variant, "seed": seed, "setting": setting_name(setting),
+                         "process_wall_s": None, "reused": True}
         return data
     cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", task, "--method", method, *extra,
-           *TASK_ARGS[task], "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+           *TASK_ARGS.get(task, []), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
            "--max-seq-len", str(args.max_seq_len), "--seed", str(seed), "--threads", str(args.threads),
-           "--out", str(out), "--json", str(report), "--quiet"]
+           "--device", args.device, "--out", str(out), "--json", str(report), "--quiet"]
+    if args.no_early_stop:
+        cmd.append("--no-early-stop")
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     log.info("run: %s", " ".join(cmd[3:]))
@@ -67,17 +90,23 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{task}/{variant}/seed {seed} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     data = json.loads(report.read_text())
-    data["bench"] = {"task": task, "variant": variant, "seed": seed, "process_wall_s": round(time.perf_counter() - t0, 1)}
+    data["bench"] = {"task": task, "variant": variant, "seed": seed, "setting": setting_name(setting),
+                     "process_wall_s": round(time.perf_counter() - t0, 1)}
+    import shutil
+
+    shutil.rmtree(out, ignore_errors=True)  # the report is what the benchmark needs; model dirs are 90+ MB each
     return data
 
 
 def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
-    """Mean optimizer-step time per method, steps taken round-robin in one process on the same batches.
+    """Optimizer-step time per method, steps taken round-robin in one process on the same batches.
 
     On a machine shared with other jobs, separate runs see different load; here
     each method's k-th step runs right after the others' k-th step, so load
     hits all methods alike and the ratios hold even when the seconds do not.
-    Learner and FAR are timed in their steady phase (after priming).
+    Learner and FAR are timed in their steady phase (after priming), with the
+    default parameter groups (head at its own rate). Reports median, mean,
+    std, p10/p90 per method, and the median of the per-step ratios to full.
     """
     import torch
 
@@ -86,63 +115,91 @@ def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
     from edgenlp.finetune.methods import METHOD_TYPES
     from edgenlp.finetune.trainer import collate, encode_split, load_tokenizer
     from edgenlp.models.registry import load_model
+    from edgenlp.utils import resolve_device
 
+    device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
     data = load_task(task, data_dir=args.data_dir)
     split = data.train.sample(8000, seed=0)
     configs = {"full": FinetuneConfig(method="full"), "learner": FinetuneConfig(method="learner", learner=LearnerConfig(priming_steps=1)),
                "far": FinetuneConfig(method="far", far=FarConfig()), "bitfit": FinetuneConfig(method="bitfit"),
                "freeze-ffn": FinetuneConfig(method="freeze-ffn")}
+    configs = {n: c for n, c in configs.items() if n in args.timing_methods}
     runners = {}
     enc = None
     for name, cfg in configs.items():
         model, info = load_model(args.model, labels=data.labels, seed=0)
         if enc is None:
             enc = encode_split(load_tokenizer(info), split, data.labels, max_len=args.max_seq_len)
+        model.to(device)
         method = METHOD_TYPES[cfg.method](model, cfg, total_steps=100, steps_per_epoch=50)
         groups = method.phases()[-1].enter()  # steady phase (FAR reconfigures from an untrained delta: same shapes)
+        model.to(device)
         runners[name] = (model, torch.optim.AdamW(groups))
         model.train()
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     g = torch.Generator().manual_seed(0)
     perm = torch.randperm(len(enc), generator=g).tolist()
+    warm = 3  # first steps allocate optimizer state
     times: dict[str, list[float]] = {n: [] for n in runners}
-    for k in range(steps + 2):
-        ids, mask, labels = collate(enc, perm[k * args.batch_size:(k + 1) * args.batch_size], pad_id=0)
+    for k in range(steps + warm):
+        index = perm[(k * args.batch_size) % len(perm):][: args.batch_size]
+        ids, mask, labels = (t.to(device) for t in collate(enc, index, pad_id=0))
         for name, (model, opt) in runners.items():
+            sync()
             t0 = time.perf_counter()
             torch.nn.functional.cross_entropy(model(ids, mask), labels).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-            if k >= 2:  # first steps allocate optimizer state
+            sync()
+            if k >= warm:
                 times[name].append(time.perf_counter() - t0)
-    out = {n: {"mean_s": statistics.mean(t), "median_s": statistics.median(t), "steps": len(t)} for n, t in times.items()}
+
+    def q(xs, f):
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+
+    out = {n: {"median_s": statistics.median(t), "mean_s": statistics.mean(t), "std_s": statistics.stdev(t),
+               "p10_s": q(t, 0.1), "p90_s": q(t, 0.9), "steps": len(t)} for n, t in times.items()}
     for n in out:
-        out[n]["vs_full"] = out[n]["median_s"] / out["full"]["median_s"]
+        ratios = [a / b for a, b in zip(times[n], times["full"])]
+        out[n]["vs_full"] = statistics.median(ratios)
+        out[n]["vs_full_p10"], out[n]["vs_full_p90"] = q(ratios, 0.1), q(ratios, 0.9)
     log.info("interleaved step times: %s", {n: round(v["vs_full"], 3) for n, v in out.items()})
-    return out
+    return {"device": device, "task": task, "methods": out}
 
 
 def _phase(report: dict, name: str) -> dict | None:
     return next((p for p in report["phases"] if p["name"] == name), None)
 
 
+def _stats(xs: list[float]) -> tuple[float, float]:
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
+
+
 def summarize(runs: list[dict]) -> list[dict]:
-    """One row per (task, variant): mean and spread (max - min) over seeds."""
-    groups: dict[tuple[str, str], list[dict]] = {}
+    """One row per (task, variant, setting): mean and sample std over seeds."""
+    groups: dict[tuple[str, str, str], list[dict]] = {}
     for r in runs:
-        groups.setdefault((r["bench"]["task"], r["bench"]["variant"]), []).append(r)
+        b = r["bench"]
+        groups.setdefault((b["task"], b["variant"], b.get("setting", setting_name((DEFAULT, DEFAULT)))), []).append(r)
     rows = []
-    for (task, variant), rs in groups.items():
-        acc = [r["dev"]["accuracy"] * 100 for r in rs]
+    for (task, variant, setting), rs in groups.items():
+        acc, acc_std = _stats([r["dev"]["accuracy"] * 100 for r in rs])
         f1 = [r["dev"]["macro_f1"] * 100 for r in rs if "macro_f1" in r["dev"]]
         main_phase = rs[0]["phases"][-1]  # the steady phase: learners-only / reconfigured / the only one
         rows.append({
             "task": task,
             "variant": variant,
+            "setting": setting,
+            "lr": rs[0].get("lr", {}),
             "seeds": [r["seed"] for r in rs],
-            "accuracy": statistics.mean(acc),
-            "accuracy_spread": max(acc) - min(acc),
+            "accuracy": acc,
+            "accuracy_std": acc_std,
+            "accuracy_per_seed": [round(r["dev"]["accuracy"] * 100, 2) for r in rs],
             "macro_f1": statistics.mean(f1) if f1 else None,
+            "macro_f1_std": _stats(f1)[1] if f1 else None,
+            "epochs_run": rs[0].get("early_stop", {}).get("epochs_run", len(rs[0]["epochs"])),
             "trainable": main_phase["trainable_params"],
             "trainable_percent": main_phase["trainable_percent"],
             "trainable_peak": rs[0]["trainable_params"]["peak_count"],
@@ -150,14 +207,26 @@ def summarize(runs: list[dict]) -> list[dict]:
             "step_s": statistics.mean(r["phases"][-1]["step_s"] for r in rs),
             "phase_step_s": {p["name"]: p["step_s"] for p in rs[0]["phases"]},
             "peak_rss_mb": statistics.mean(r["peak_rss_mb"] for r in rs),
+            "device": rs[0].get("device", "cpu"),
             "ranks": rs[0].get("learner", {}).get("ranks"),
         })
     return rows
 
 
+def chosen(rows: list[dict]) -> dict[tuple[str, str], dict]:
+    """Per (task, variant): the row at the best setting (seed-0 dev accuracy; ties keep the default)."""
+    best: dict[tuple[str, str], dict] = {}
+    for r in rows:
+        key = (r["task"], r["variant"])
+        seed0 = r["accuracy_per_seed"][r["seeds"].index(0)] if 0 in r["seeds"] else r["accuracy"]
+        if key not in best or seed0 > best[key][0]:
+            best[key] = (seed0, r)
+    return {k: v[1] for k, v in best.items()}
+
+
 def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
-    """Target checks; step-time ratios come from the interleaved timing (``steps``) when there is one."""
-    by = {(r["task"], r["variant"]): r for r in rows}
+    """Target checks against the tuned full fine-tuning row; step-time ratios from the interleaved timing."""
+    by = chosen(rows)
     ratio = {n: v["vs_full"] for n, v in (steps or {}).get("methods", {}).items()}
     out = []
     for task in sorted({r["task"] for r in rows}):
@@ -170,48 +239,67 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
                 continue
             gap = full["accuracy"] - r["accuracy"]
             step = ratio.get(variant, r["step_s"] / full["step_s"])
-            line = f"{task}: {label} accuracy {r['accuracy']:.2f} vs full {full['accuracy']:.2f} (gap {gap:+.2f} pt, target <= 1.0: {'met' if gap <= 1.0 else 'MISSED'})"
+            line = (f"{task}: {label} accuracy {r['accuracy']:.2f} ± {r['accuracy_std']:.2f} (n={len(r['seeds'])}) vs tuned full "
+                    f"{full['accuracy']:.2f} ± {full['accuracy_std']:.2f} (n={len(full['seeds'])}, {full['setting']}) "
+                    f"(gap {gap:+.2f} pt, target <= 1.0: {'met' if gap <= 1.0 else 'MISSED'})")
             if variant == "learner":
                 share = r["trainable"] / full["trainable"]
                 line += (f"; trainable {100 * share:.1f}% of full (target <= 10%: {'met' if share <= 0.10 else 'MISSED'})"
-                         f"; learner-phase step time {100 * step:.0f}% of full (target <= 75%: {'met' if step <= 0.75 else 'MISSED'})"
-                         f"; peak RSS {r['peak_rss_mb']:.0f} vs {full['peak_rss_mb']:.0f} MiB ({'lower' if r['peak_rss_mb'] < full['peak_rss_mb'] else 'NOT lower'})")
+                         f"; step time {100 * step:.0f}% of full")
             else:
                 line += f"; reconfigured step time {100 * step:.0f}% of full ({'lower' if step < 1 else 'NOT lower'})"
             out.append(line)
     return out
 
 
-def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, extra_steps: list[dict] = (),
-             skipped: list[str] = ()) -> str:
+def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped: list[str] = ()) -> str:
+    best = chosen(rows)
     lines = [
         "# Fine-tuning methods on MiniLM-L6",
         "",
-        f"{meta['epochs']} epochs for every method (priming included), batch {meta['batch_size']}, max_seq_len "
-        f"{meta['max_seq_len']}, {meta['threads']} threads, seeds {meta['seeds']}; SST-2: seeded subset of 8,000 train rows, "
-        f"full dev; banking77: full train, full dev ({meta.get('rows', {})}). Accuracy is mean ± spread (max−min) over seeds. "
-        "Trainable = parameters trained in the steady phase (after priming); peak = most trained at once in any phase. "
-        "s/epoch counts training steps only (no eval); step s is the steady phase's mean step time.",
+        f"{meta['epochs']} epoch(s) for every method (priming included), batch {meta['batch_size']}, max_seq_len "
+        f"{meta['max_seq_len']}, {meta['threads']} threads, device {meta['device']}; SST-2: seeded subset of 8,000 train rows, "
+        f"full dev; banking77: full train, full dev ({meta.get('rows', {})}). Learning rates are the library defaults "
+        "(body 5e-5 for full/FAR/freeze-FFN, 1e-3 for Learner/BitFit; head = classifier + pooler at 2e-3; Learner "
+        f"priming {meta['priming_epochs']} epoch at 5e-5) unless the setting says otherwise. Accuracy is mean ± sample std over "
+        "the seeds listed. Trainable = parameters trained in the steady phase (after priming); peak = most trained at once "
+        "in any phase. s/epoch counts training steps only (no eval).",
         "",
-        f"Machine: {meta['cpu']}. {meta.get('note') or 'Shared with other jobs, so times carry noise.'}",
+        f"Machine: {meta['cpu']}, ISA flags {meta.get('isa')}. {meta.get('note') or 'Shared with other jobs, so times carry noise.'}",
         "",
-        "| task | method | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "## At each method's chosen setting",
+        "",
+        "| task | method | setting | seeds | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(rows, key=lambda r: (r["task"], list(VARIANTS).index(r["variant"]))):
-        f1 = f"{r['macro_f1']:.2f}" if r["macro_f1"] is not None else "–"
+    order = list(VARIANTS)
+    for r in sorted(best.values(), key=lambda r: (r["task"], order.index(r["variant"]))):
+        f1 = f"{r['macro_f1']:.2f} ± {r['macro_f1_std']:.2f}" if r["macro_f1"] is not None else "–"
         phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phase_step_s"].items())
-        lines.append(f"| {r['task']} | {r['variant']} | {r['accuracy']:.2f} ± {r['accuracy_spread']:.2f} | {f1} | "
-                     f"{r['trainable']:,} | {r['trainable_percent']:.2f} | {r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | "
-                     f"{phases} | {r['peak_rss_mb']:.0f} |")
-    for timing in [t for t in (steps, *extra_steps) if t]:
-        steps_ = timing
-        lines += ["", f"## Step time, interleaved in one process ({steps_['methods']['full']['steps']} steps each, "
-                  f"{steps_['threads']} threads, batch {steps_['batch_size']}, SST-2 batches)", "",
-                  "| method (steady phase) | median step s | vs full |", "|---|---|---|"]
-        for n, v in steps_["methods"].items():
-            lines.append(f"| {n} | {v['median_s']:.3f} | {100 * v['vs_full']:.0f}% |")
-    lines += ["", "## Targets", ""] + [f"- {t}" for t in targets(rows, steps)]
+        lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {','.join(map(str, r['seeds']))} | "
+                     f"{r['accuracy']:.2f} ± {r['accuracy_std']:.2f} | {f1} | {r['trainable']:,} | {r['trainable_percent']:.2f} | "
+                     f"{r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | {phases} | {r['peak_rss_mb']:.0f} |")
+    swept = [r for r in rows if sum(1 for x in rows if (x["task"], x["variant"]) == (r["task"], r["variant"])) > 1]
+    if swept:
+        lines += ["", "## Learning-rate sweep (seed 0; the chosen setting then runs every seed)", "",
+                  "| task | method | setting | lr used | seed-0 dev acc (%) | chosen |", "|---|---|---|---|---|---|"]
+        for r in sorted(swept, key=lambda r: (r["task"], order.index(r["variant"]), r["setting"])):
+            a0 = r["accuracy_per_seed"][r["seeds"].index(0)] if 0 in r["seeds"] else float("nan")
+            used = ", ".join(f"{k} {v:g}" for k, v in r["lr"].items())
+            pick = "yes" if best[(r["task"], r["variant"])] is r else ""
+            lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {used} | {a0:.2f} | {pick} |")
+    if steps:
+        m = steps["methods"]
+        lines += ["", f"## Step time, interleaved in one process ({m['full']['steps']} steps each after 3 warm-up, "
+                  f"{steps['threads']} threads, batch {steps['batch_size']}, max_seq_len {steps['max_seq_len']}, "
+                  f"{steps.get('task', 'sst2')} batches, device {steps.get('device', 'cpu')})", "",
+                  "| method (steady phase) | median step s | mean ± std s | p10–p90 s | vs full (median of per-step ratios, p10–p90) |",
+                  "|---|---|---|---|---|"]
+        for n, v in m.items():
+            spread = (f"{v['mean_s']:.3f} ± {v['std_s']:.3f} | {v['p10_s']:.3f}–{v['p90_s']:.3f}" if "std_s" in v else "– | –")
+            vs = f"{100 * v['vs_full']:.0f}%" + (f" ({100 * v['vs_full_p10']:.0f}–{100 * v['vs_full_p90']:.0f}%)" if "vs_full_p10" in v else "")
+            lines.append(f"| {n} | {v['median_s']:.3f} | {spread} | {vs} |")
+    lines += ["", "## Targets (against the tuned full fine-tuning row)", ""] + [f"- {t}" for t in targets(rows, steps)]
     if skipped:
         lines += ["", "## Not run", "", "Left out for time (budget or --report-only): " + ", ".join(skipped) + "."]
     ranks = {r["task"]: r["ranks"] for r in rows if r["variant"] == "learner-rank-auto" and r["ranks"]}
@@ -222,24 +310,40 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, extra_s
     return "\n".join(lines) + "\n"
 
 
+def _isa() -> str:
+    try:
+        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) or "none"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="minilm-l6")
     p.add_argument("--tasks", nargs="+", default=["sst2", "banking77"])
     p.add_argument("--only", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--seeds", nargs="+", type=int, default=[0])
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--sweep-lr", nargs="+", default=[DEFAULT], help="Body learning rates to sweep ('default' allowed).")
+    p.add_argument("--sweep-head-lr", nargs="+", default=[DEFAULT], help="Head learning rates to sweep ('default' allowed).")
+    p.add_argument("--sweep-only", nargs="+", default=None, choices=list(VARIANTS), help="Methods swept (default: all of --only).")
+    p.add_argument("--sweep-tasks", nargs="+", default=None, help="Tasks swept (default: all of --tasks).")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--no-early-stop", action="store_true", help="Pass --no-early-stop to every run.")
     p.add_argument("--priming-epochs", type=float, default=0.25)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", help="auto | cpu | cuda for training runs and step timing.")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
-    p.add_argument("--workdir", default=None, help="Keep per-run outputs here; reports already there are reused.")
+    p.add_argument("--workdir", default=None, help="Keep per-run reports here; reports already there are reused.")
     p.add_argument("--note", default=None, help="A sentence added under the table header (e.g. machine load).")
     p.add_argument("--report-only", action="store_true", help="Only rebuild the table from reports in --workdir.")
     p.add_argument("--step-timing", type=int, default=0, metavar="STEPS",
                    help="Only time STEPS interleaved steps per method in one process (writes <out>-steps.json).")
+    p.add_argument("--timing-task", default="sst2", help="Task whose batches the step timing uses.")
+    p.add_argument("--timing-methods", nargs="+", default=["full", "learner", "far", "bitfit", "freeze-ffn"])
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -251,47 +355,81 @@ def main(argv: list[str] | None = None) -> int:
 
     env = environment()
     if args.step_timing:
+        if args.step_timing < 50:
+            log.warning("%d steps: the issue asks for at least 50", args.step_timing)
         result = {"threads": args.threads, "batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
-                  "methods": interleaved_step_times(args, steps=args.step_timing), "environment": env}
+                  **interleaved_step_times(args, steps=args.step_timing, task=args.timing_task), "isa": _isa(), "environment": env}
         atomic_write_json(Path(args.out + "-steps.json"), result)
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds, "note": args.note,
-            "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "environment": env}
-    # Order: the main comparison first (task by task), so a cut-short run still answers it.
-    main_v = [v for v in args.only if v in MAIN]
-    extra_v = [v for v in args.only if v not in MAIN]
+            "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr,
+                                             "methods": args.sweep_only, "tasks": args.sweep_tasks},
+            "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": _isa(), "environment": env}
     out = Path(args.out)
     steps_file = Path(args.out + "-steps.json")
     steps = json.loads(steps_file.read_text()) if steps_file.exists() else None
-    extra_steps = [json.loads(f.read_text()) for f in sorted(out.parent.glob(out.name + "-*thread-steps.json"))]
-    plan = [(t, v, s) for s in args.seeds for vs in (main_v, extra_v) for t in args.tasks for v in vs]
+    main_v = [v for v in args.only if v in MAIN] + [v for v in args.only if v not in MAIN]
+    swept_v = set(args.sweep_only or args.only)
+    swept_t = set(args.sweep_tasks or args.tasks)
+    grid = [(lr, h) for lr in args.sweep_lr for h in args.sweep_head_lr]
+    default = (DEFAULT, DEFAULT)
+    first_seed = args.seeds[0]
     runs, skipped = [], []
     start = time.perf_counter()
     if args.workdir:
         Path(args.workdir).mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        rows = summarize(runs)
+        slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
+        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows, steps),
+                                                    "step_timing": steps, "skipped": skipped, "runs": slim})
+        atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps, skipped=skipped))
+
     with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
-        for task, variant, seed in plan:
-            finished = Path(tmp) / f"{task}-{variant}-{seed}.json"
+        def attempt(task, variant, seed, setting) -> None:
+            tag = "" if setting == default else f"-lr{setting[0]}-head{setting[1]}"
+            finished = Path(tmp) / f"{task}-{variant}{tag}-{seed}.json"
             over = args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60
             if over or (args.report_only and not finished.exists()):
-                skipped.append(f"{task}/{variant}/{seed}")
-                continue
-            runs.append(run_one(task, variant, seed, args, Path(tmp)))
+                skipped.append(f"{task}/{variant}/{setting_name(setting)}/seed {seed}")
+                return
+            runs.append(run_one(task, variant, seed, args, Path(tmp), setting))
             r = runs[-1]
             meta.setdefault("rows", {})[task] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
-            log.info("%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, seed, r["dev"]["accuracy"],
-                     statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
-            rows = summarize(runs)
-            slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
-            atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows, steps),
-                                                        "step_timing": steps, "skipped": skipped, "runs": slim})
-            atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps, extra_steps=extra_steps, skipped=skipped))
+            log.info("%s/%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, setting_name(setting), seed,
+                     r["dev"]["accuracy"], statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
+            write()
+
+        # 1. the first seed at the defaults (every method, every task): the main comparison
+        first_setting = {}
+        for task in args.tasks:
+            for variant in main_v:
+                setting = default if default in grid or not (variant in swept_v and task in swept_t) else grid[0]
+                first_setting[(task, variant)] = setting
+                attempt(task, variant, first_seed, setting)
+        # 2. the sweep at the first seed
+        for task in args.tasks:
+            for variant in main_v:
+                if variant in swept_v and task in swept_t:
+                    for setting in grid:
+                        if setting != first_setting[(task, variant)]:
+                            attempt(task, variant, first_seed, setting)
+        # 3. the other seeds at each method's best setting
+        for seed in args.seeds[1:]:
+            for task in args.tasks:
+                for variant in main_v:
+                    done = [r for r in summarize(runs) if (r["task"], r["variant"]) == (task, variant)]
+                    best = chosen(done).get((task, variant)) if done else None
+                    setting = default
+                    if best is not None and best["setting"] != setting_name(default):
+                        lr, head = (x.split("=")[1] for x in best["setting"].split(","))
+                        setting = (lr, head)
+                    attempt(task, variant, seed, setting)
     if skipped:
         log.warning("not run: %s", ", ".join(skipped))
-        atomic_write_text(out.with_suffix(".md"), markdown(summarize(runs), meta, steps, extra_steps=extra_steps, skipped=skipped))
-        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": summarize(runs), "targets": targets(summarize(runs), steps),
-                                                    "step_timing": steps, "skipped": skipped, "runs": [{k: v for k, v in r.items() if k != "environment"} for r in runs]})
+    write()
     log.info("done in %.1f min: %s", (time.perf_counter() - start) / 60, out.with_suffix(".md"))
     return 0
 

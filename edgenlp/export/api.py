@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -146,6 +146,7 @@ def export_bundle(
     sample_texts: Sequence[str] | None = None,
     recipe: Sequence[Step] = (),
     runner_factory: Callable[..., "object"] | None = None,
+    annotations: Mapping[str, Any] | None = None,
 ) -> Bundle:
     """Lower ``model`` to the configured formats and write a verified bundle at ``out_dir``.
 
@@ -154,7 +155,10 @@ def export_bundle(
     model's recipe (``info.recipe`` + ``recipe``; fp32 against eager PyTorch
     unless a step defines another), and renamed into place only when every
     format passes. ``runner_factory(path, runtime=...)`` builds the runners the
-    parity check uses (default :func:`edgenlp.run.base.get_runner`). Raises
+    parity check uses (default :func:`edgenlp.run.base.get_runner`).
+    ``annotations`` adds top-level manifest keys that describe how the bundle
+    was made (``edgenlp compress`` records the target and budgets); they may
+    not replace the format's own keys. Raises
     :class:`ParityError` when a format exceeds the tolerance and
     :class:`EdgeNLPError` when the model cannot take ``config.max_seq_len``.
     """
@@ -211,6 +215,10 @@ def export_bundle(
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
         }
+        clash = sorted(set(annotations or {}) & set(manifest))
+        if clash:
+            raise ValueError(f"annotations may not replace manifest keys {clash}")
+        manifest.update(annotations or {})
         finalize_manifest(tmp, manifest)
 
         # Parity through the real runtimes, on the bundle as written.

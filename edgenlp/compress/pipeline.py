@@ -1,0 +1,310 @@
+"""``compress()``: fine-tune -> plan -> prune -> quantize + export -> verify -> report, resumable.
+
+Every stage writes one folder under ``DIR`` through a :class:`StageRunner`
+(atomic, with ``stage.json``), so a rerun skips what finished with the same
+inputs and an interrupted stage leaves nothing half-written::
+
+    DIR/finetune/model/         the fine-tuned model (the accuracy reference)
+    DIR/baseline/profile.json   its per-component host profile (the "before")
+    DIR/plan/plan.json          every candidate the planner weighed, the chosen one
+    DIR/prune/model/            the pruned model (absent when the plan prunes nothing)
+    DIR/export/bundle/          the quantized bundle (.pte and .onnx)
+    DIR/verify/verify.json      accuracy through the runtimes, budgets vs predicted vs measured
+    DIR/bundle/                 the final bundle (a copy of the passing attempt's)
+    DIR/compress.json, DIR/report.md, DIR/*.png
+
+When verification fails (accuracy drop above ``max_drop`` or a budget
+missed), the planner runs again without the failed candidate and what it
+implies (anything at least as aggressive after an accuracy miss, anything at
+most as aggressive after a budget miss); attempt ``k > 1`` writes ``plan-k``,
+``prune-k``, ``export-k``, ``verify-k``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from edgenlp.compress.config import CompressConfig, Preset
+from edgenlp.compress.stages import StageRecord, StageRunner
+from edgenlp.errors import EdgeNLPError
+
+log = logging.getLogger(__name__)
+
+STAGES = ("finetune", "baseline", "plan", "prune", "export", "verify")
+SUMMARY_VERSION = 1
+
+
+@dataclass
+class CompressResult:
+    """``bundle``: the final bundle; ``summary``: ``compress.json``; ``out``: the run folder."""
+
+    out: Path
+    bundle: Path
+    summary: dict
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def file_key(path: str | Path) -> dict:
+    """What identifies a file's content cheaply for a stage fingerprint: path, size, mtime."""
+    p = Path(path)
+    st = p.stat()
+    return {"path": str(p.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def model_key(spec: str) -> dict:
+    """A registered model name as is; a model directory by its config and weight files."""
+    p = Path(spec)
+    if not p.is_dir():
+        return {"name": spec}
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".json", ".safetensors", ".bin"))
+    return {"dir": str(p.resolve()), "files": [file_key(f) for f in files]}
+
+
+def finetune_config(config: CompressConfig, preset: Preset):
+    """The first stage's fine-tuning config: the library defaults, bounded by the preset."""
+    from edgenlp.finetune.config import FinetuneConfig, LearnerConfig
+
+    learner = None
+    if config.finetune_method == "learner" and preset.priming_steps is not None:
+        learner = LearnerConfig(priming_steps=preset.priming_steps)
+    return FinetuneConfig(method=config.finetune_method, epochs=1 if preset.max_steps else None,
+                          max_steps=preset.max_steps, train_limit=preset.train_limit, seed=config.seed,
+                          max_seq_len=preset.finetune_seq_len, learner=learner)
+
+
+def host_threads(threads: int) -> int:
+    """The budget's thread count, capped at this host's cores (measured latency says so)."""
+    return max(1, min(threads, os.cpu_count() or 1))
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def _stage_name(stage: str, attempt: int) -> str:
+    return stage if attempt == 1 else f"{stage}-{attempt}"
+
+
+def _accuracy(report: dict) -> float:
+    return float(report["accuracy"])
+
+
+def _profile(spec: Path, *, seq_len: int, threads: int, runs: int, runtimes: tuple[str, ...]) -> dict:
+    from edgenlp.profile.api import ProfileConfig, profile
+
+    docs = profile(spec, ProfileConfig(seq_lens=(seq_len,), runtimes=runtimes, threads=(threads,), runs=runs, warmup=3))
+    return docs[0]
+
+
+def _native_available() -> bool:
+    from edgenlp.pipeline import native_available
+
+    return native_available()
+
+
+class Compressor:
+    """One ``compress`` run: the config, the data, the target and the stage runner."""
+
+    def __init__(self, config: CompressConfig, out: Path, *, data_dir: str | Path | None, device: str, progress: bool,
+                 echo: Callable[[str], None] | None) -> None:
+        from edgenlp.data.tasks import load_task
+        from edgenlp.compress.planning import load_target
+
+        self.config = config
+        self.preset = config.resolved_preset
+        self.out = Path(out)
+        self.device = device
+        self.progress = progress
+        self.echo = echo or (lambda msg: log.info("%s", msg))
+        self.target = load_target(config.target)  # unknown target: an error before any work
+        self.data = load_task(config.task, data_dir=data_dir)
+        from edgenlp.compress.planning import resolve_budgets
+
+        self.budgets = resolve_budgets(self.target, latency_ms=config.latency_ms, memory_mb=config.memory_mb,
+                                       size_mb=config.size_mb, seq_len=config.seq_len, threads=config.threads)
+        self.data_key = {"task": self.data.name, "train": file_key(self.data.train.path), "dev": file_key(self.data.dev.path)}
+        self.started = time.perf_counter()
+        self.stage_seconds: dict[str, float] = {}
+        self.runner = StageRunner(self.out, on_event=self._event)
+
+    # -- progress
+    def _event(self, stage: str, what: str) -> None:
+        if what == "skip":
+            self.echo(f"[{stage}] up to date, skipped")
+        elif what == "start":
+            self.echo(f"[{stage}] running")
+        elif what == "done":
+            self.echo(f"[{stage}] done")
+
+    def _record(self, rec: StageRecord) -> StageRecord:
+        self.stage_seconds[rec.stage] = round(rec.seconds, 1)
+        return rec
+
+    # -- stage 1: fine-tune
+    def finetune(self) -> StageRecord:
+        from edgenlp.finetune import finetune
+        from edgenlp.models.registry import load_model
+
+        ftc = finetune_config(self.config, self.preset)
+
+        def run(tmp: Path) -> dict:
+            model, info = load_model(self.config.model, labels=self.data.labels, seed=self.config.seed)
+            res = finetune(model, info, self.data, ftc, device=self.device, show_progress=self.progress)
+            res.save(tmp / "model", info)
+            rep = res.report
+            return {"dev": rep.get("dev", {}), "method": rep.get("method"), "trainable_params": rep.get("trainable_params"),
+                    "total_params": rep.get("total_params"), "steps": rep.get("steps"), "device": rep.get("device")}
+
+        inputs = {"model": model_key(self.config.model), "data": self.data_key, "finetune": ftc.to_dict()}
+        return self._record(self.runner.run("finetune", run, inputs=inputs))
+
+    # -- stage 2: the uncompressed model's host profile
+    def baseline(self, ft: StageRecord) -> StageRecord:
+        seq, threads = self.budgets.seq_len, host_threads(self.budgets.threads)
+
+        def run(tmp: Path) -> dict:
+            from edgenlp.utils import atomic_write_json
+
+            doc = _profile(ft.path / "model", seq_len=seq, threads=threads, runs=self.preset.profile_runs,
+                           runtimes=("executorch",))
+            atomic_write_json(tmp / "profile.json", doc)
+            return {"latency_ms": doc["total"]["latency_ms"]["executorch"], "seq_len": seq, "threads": threads,
+                    "params": doc["total"].get("params")}
+
+        inputs = {"seq_len": seq, "threads": threads, "runs": self.preset.profile_runs}
+        return self._record(self.runner.run("baseline", run, inputs=inputs, upstream=(ft,)))
+
+    # -- stage 3: plan
+    def plan(self, ft: StageRecord, attempt: int, excluded: list[dict]) -> StageRecord:
+        from edgenlp.compress.planning import plan_for_compress
+
+        def run(tmp: Path) -> dict:
+            from edgenlp.models.registry import load_model
+            from edgenlp.utils import atomic_write_json
+
+            model, _ = load_model(ft.path / "model", labels=self.data.labels)
+            doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
+                                    vocab_size=model.shape.vocab_size, preset=self.preset, excluded=excluded,
+                                    task=self.data)
+            atomic_write_json(tmp / "plan.json", doc)
+            return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"])}
+
+        inputs = {"target": self.target.to_dict(), "budgets": self.budgets.to_dict(), "preset": self.preset.name,
+                  "excluded": excluded}
+        return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
+
+    # -- stage 4: prune
+    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
+        cand = plan.result["chosen"]
+
+        def run(tmp: Path) -> dict:
+            if not cand.get("sparsity"):
+                return {"identity": True, "model": str(ft.path / "model")}
+            from edgenlp.models.registry import load_model
+            from edgenlp.prune import PruneConfig, prune
+
+            model, info = load_model(ft.path / "model", labels=self.data.labels)
+            pcfg = PruneConfig(method=cand["prune_method"], target_sparsity=float(cand["sparsity"]),
+                               seq_len=self.budgets.seq_len, samples=self.preset.prune_samples,
+                               epochs=self.preset.prune_epochs, seed=self.config.seed)
+            res = prune(model, info, self.data, pcfg, device=self.device, progress=self.progress)
+            res.save(tmp / "model")
+            keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "seconds", "shape")
+            return {"identity": False, "model": str(self.out / _stage_name("prune", attempt) / "model"),
+                    **{k: res.report[k] for k in keep if k in res.report}}
+
+        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "samples": self.preset.prune_samples}
+        return self._record(self.runner.run(_stage_name("prune", attempt), run, inputs=inputs, upstream=(ft, plan)))
+
+    # -- stage 5: quantize + export
+    def export(self, pr: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
+        cand = plan.result["chosen"]
+        max_len = max(self.budgets.seq_len, 128)
+
+        def run(tmp: Path) -> dict:
+            from edgenlp.compress.build import build_bundle
+            from edgenlp.models.registry import load_model
+
+            model, info = load_model(pr.result["model"], labels=self.data.labels)
+            bundle = build_bundle(model, info, tmp / "bundle", candidate=cand, task=self.data, max_seq_len=max_len,
+                                  annotations={"target": self.target.to_dict(), "budgets": self.budgets.to_dict()})
+            return {"sizes": bundle.manifest.get("sizes", {}), "parity": bundle.manifest.get("parity", {})}
+
+        inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
+        return self._record(self.runner.run(_stage_name("export", attempt), run, inputs=inputs, upstream=(pr, plan)))
+
+    # -- stage 6: verify
+    def verify(self, ft: StageRecord, base: StageRecord, plan: StageRecord, ex: StageRecord, attempt: int) -> StageRecord:
+        from edgenlp.compress.verify import verify_bundle
+
+        def run(tmp: Path) -> dict:
+            return verify_bundle(ex.path / "bundle", tmp, data=self.data, target=self.target, budgets=self.budgets,
+                                 reference_accuracy=_accuracy(ft.result["dev"]), max_drop=self.config.max_drop,
+                                 baseline_latency_ms=base.result["latency_ms"], runs=self.preset.profile_runs,
+                                 threads=host_threads(self.budgets.threads), native=_native_available())
+
+        inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs}
+        return self._record(self.runner.run(_stage_name("verify", attempt), run, inputs=inputs,
+                                            upstream=(ft, base, plan, ex)))
+
+    # -- the chain
+    def run(self) -> CompressResult:
+        from edgenlp.compress.report import write_reports
+        from edgenlp.compress.planning import exclusions_after
+
+        ft = self.finetune()
+        base = self.baseline(ft)
+        excluded: list[dict] = []
+        attempts = []
+        passed = None
+        for attempt in range(1, self.config.max_attempts + 1):
+            plan = self.plan(ft, attempt, excluded)
+            pr = self.prune(ft, plan, attempt)
+            ex = self.export(pr, plan, attempt)
+            ver = self.verify(ft, base, plan, ex, attempt)
+            attempts.append({"attempt": attempt, "plan": plan, "prune": pr, "export": ex, "verify": ver})
+            if ver.result["passed"]:
+                passed = attempts[-1]
+                break
+            self.echo(f"attempt {attempt}: {'; '.join(ver.result['failures'])}; planning again")
+            excluded = [*excluded, *exclusions_after(plan.result["chosen"], ver.result["failures_kind"])]
+        summary = write_reports(self, ft=ft, base=base, attempts=attempts, passed=passed)
+        if passed is None:
+            last = attempts[-1]["verify"].result
+            raise EdgeNLPError(f"no candidate met the budgets and the accuracy limit in {len(attempts)} attempt(s) "
+                               f"(last: {'; '.join(last['failures'])}); see {self.out / 'report.md'}")
+        return CompressResult(self.out, self.out / "bundle", summary)
+
+
+def compress(config: CompressConfig, out_dir: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
+             progress: bool = True, echo: Callable[[str], None] | None = None) -> CompressResult:
+    """Produce the most accurate bundle of ``config.model`` for ``config.task`` that fits ``config.target``'s budgets.
+
+    Stages run into ``out_dir`` (see the module docstring); a rerun with the
+    same config skips the finished ones. Raises :class:`EdgeNLPError` for an
+    unknown target or task, a budget no candidate can meet (naming the closest
+    achievable point per budget), or when every attempt fails verification.
+    """
+    return Compressor(config, Path(out_dir), data_dir=data_dir, device=device, progress=progress, echo=echo).run()
+
+
+def copy_bundle(src: Path, dest: Path) -> Path:
+    """Copy a bundle folder into place atomically (hard links where the filesystem allows)."""
+    from edgenlp.utils import atomic_dir
+
+    with atomic_dir(dest) as tmp:
+        for f in src.iterdir():
+            if f.is_file():
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:
+                    shutil.copy2(f, tmp / f.name)
+    return dest
+

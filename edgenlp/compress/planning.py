@@ -1,0 +1,109 @@
+"""The planner as ``compress`` uses it: budgets from the target, a plan document, exclusions after a failed attempt."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping
+
+log = logging.getLogger(__name__)
+
+# Weight precision from most to least bits; a candidate is "more aggressive" with fewer bits.
+BITS_ORDER = ("fp32", "mixed", "int8", "int4")
+EMB_ORDER = (None, "int8", "int4")
+
+
+def load_target(name_or_path: str):
+    from edgenlp.targets import load_target as _load
+
+    return _load(name_or_path)
+
+
+def resolve_budgets(target, *, latency_ms=None, memory_mb=None, size_mb=None, seq_len=None, threads=None):
+    """The target's default budgets with the command line's overrides."""
+    from edgenlp.targets.planner import Budgets
+
+    d = target.budgets.to_dict() if hasattr(target.budgets, "to_dict") else dict(target.budgets)
+    d.pop("type", None)
+    d.pop("version", None)
+    for k, v in (("latency_ms", latency_ms), ("memory_mb", memory_mb), ("size_mb", size_mb), ("seq_len", seq_len),
+                 ("threads", threads)):
+        if v is not None:
+            d[k] = v
+    return Budgets.from_dict(d)
+
+
+def _bits_rank(bits) -> int:
+    if isinstance(bits, (list, tuple)):
+        return BITS_ORDER.index("mixed")
+    return BITS_ORDER.index(bits) if bits in BITS_ORDER else 0
+
+
+def aggressiveness(c: Mapping[str, Any]) -> tuple:
+    return (float(c.get("sparsity") or 0.0), _bits_rank(c.get("bits", "fp32")), EMB_ORDER.index(c.get("embeddings"))
+            if c.get("embeddings") in EMB_ORDER else 0, int(bool(c.get("trim_vocab"))))
+
+
+def at_least_as_aggressive(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """``a`` removes at least what ``b`` removes on every axis (same pruning method, or ``b`` prunes nothing)."""
+    same_method = not b.get("sparsity") or a.get("prune_method") == b.get("prune_method")
+    return same_method and all(x >= y for x, y in zip(aggressiveness(a), aggressiveness(b)))
+
+
+def exclusions_after(candidate: Mapping[str, Any], kind: str | None) -> list[dict]:
+    """What a failed attempt rules out, as exclusion rules the next plan applies.
+
+    After an accuracy miss everything at least as aggressive as the candidate
+    loses at least as much (``{"at_least": c}``); after a budget miss everything
+    at most as aggressive is at least as slow or large (``{"at_most": c}``).
+    """
+    if kind == "accuracy":
+        return [{"at_least": dict(candidate)}]
+    if kind == "budget":
+        return [{"at_most": dict(candidate)}]
+    return [{"exactly": dict(candidate)}]
+
+
+def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
+    for r in rules:
+        if "at_least" in r and at_least_as_aggressive(c, r["at_least"]):
+            return True
+        if "at_most" in r and at_least_as_aggressive(r["at_most"], c):
+            return True
+        if "exactly" in r and dict(c) == dict(r["exactly"]):
+            return True
+    return False
+
+
+def plan_for_compress(target, budgets, *, shape, num_labels: int, vocab_size: int, preset, excluded: list, task) -> dict:
+    """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate."""
+    from edgenlp.targets.planner import default_space, plan
+
+    space = [c for c in default_space(prune_methods=preset.prune_methods, schemes=preset.schemes)
+             if not is_excluded(c.to_dict(), excluded)]
+    result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, task=task.name)
+    considered = []
+    for cand, pred, drop, fits in result.considered:
+        considered.append({"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
+                           "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
+                           "predicted_drop": drop, "fits": bool(fits)})
+    chosen = _cand(result.chosen)
+    point = next((c for c in considered if c["candidate"] == chosen), None)
+    return {"chosen": chosen, "chosen_prediction": point, "chosen_point": point, "considered": considered,
+            "estimated": bool(getattr(result, "estimated", True)), "excluded": excluded}
+
+
+def _cand(c) -> dict:
+    d = c.to_dict() if hasattr(c, "to_dict") else dict(c)
+    d.pop("type", None)
+    d.pop("version", None)
+    return d
+
+
+def predict_bundle(target, bundle, *, seq_len: int, threads: int) -> dict:
+    """The cost model's prediction for a built bundle (its real shape and precision) on ``target``."""
+    from edgenlp.targets import cost_model_for
+
+    model = cost_model_for(target)
+    pred = model.predict_bundle(bundle, seq_len=seq_len, threads=threads)
+    return {"latency_ms": round(pred.latency_ms, 3), "peak_memory_mb": round(pred.peak_memory_mb, 2),
+            "size_mb": round(pred.size_mb, 3), "estimated": bool(pred.estimated)}

@@ -1,0 +1,173 @@
+"""``compress.json`` and ``report.md``: budgets vs predicted vs measured, accuracy per stage, plots, the recipe."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgenlp.compress.pipeline import Compressor
+    from edgenlp.compress.stages import StageRecord
+
+log = logging.getLogger(__name__)
+
+
+def _fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def pareto_plot(plan_doc: dict, path: Path, *, budget_ms: float | None) -> bool:
+    """Predicted accuracy drop vs predicted latency of every candidate, the chosen one marked."""
+    pts = [c for c in plan_doc.get("considered", []) if c.get("predicted_latency_ms") is not None]
+    if not pts:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fits = [c for c in pts if c.get("fits")]
+    other = [c for c in pts if not c.get("fits")]
+    if other:
+        ax.scatter([c["predicted_latency_ms"] for c in other], [c["predicted_drop"] for c in other], s=14, c="#bbbbbb",
+                   label="over a budget")
+    if fits:
+        ax.scatter([c["predicted_latency_ms"] for c in fits], [c["predicted_drop"] for c in fits], s=16, c="#4878d0",
+                   label="fits every budget")
+    chosen = plan_doc.get("chosen_point")
+    if chosen:
+        ax.scatter([chosen["predicted_latency_ms"]], [chosen["predicted_drop"]], s=90, marker="*", c="#d65f5f",
+                   label="chosen", zorder=5)
+    if budget_ms:
+        ax.axvline(budget_ms, color="#d65f5f", lw=0.8, ls="--", label=f"latency budget {budget_ms:g} ms")
+    ax.set_xlabel("predicted latency (ms)" + (" — estimated" if plan_doc.get("estimated") else ""))
+    ax.set_ylabel("predicted dev-accuracy drop (points)")
+    ax.set_title("Candidates the planner weighed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return True
+
+
+def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", attempts: list[dict],
+                  passed: dict | None) -> dict:
+    """Write ``compress.json``, ``report.md`` and the plots; copy the passing bundle to ``DIR/bundle``."""
+    from edgenlp.bundle import Bundle
+    from edgenlp.compress.pipeline import SUMMARY_VERSION, copy_bundle
+    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
+
+    out = c.out
+    final = attempts[-1] if passed is None else passed
+    ver = final["verify"].result
+    plan_doc = json.loads((final["plan"].path / "plan.json").read_text())
+    bundle_dir = final["export"].path / "bundle"
+    manifest = Bundle.open(bundle_dir, verify=False).manifest
+    if passed is not None:
+        copy_bundle(bundle_dir, out / "bundle")
+
+    ref = float(ft.result["dev"]["accuracy"])
+    stages_acc = [{"stage": "finetune (uncompressed)", "accuracy": ref, "through": "eager PyTorch"}]
+    pr = final["prune"].result
+    if not pr.get("identity"):
+        after = pr.get("dev_after", {})
+        if isinstance(after, dict) and "accuracy" in after:
+            stages_acc.append({"stage": "prune", "accuracy": float(after["accuracy"]), "through": "eager PyTorch"})
+    for rt, r in ver["accuracy"].items():
+        stages_acc.append({"stage": "quantize + export", "accuracy": float(r["accuracy"]), "through": f"bundle, {rt}"})
+
+    summary = {
+        "version": SUMMARY_VERSION,
+        "passed": passed is not None,
+        "config": c.config.to_dict(),
+        "target": c.target.to_dict(),
+        "budgets": c.budgets.to_dict(),
+        "chosen": final["plan"].result["chosen"],
+        "predicted": ver["checks"],
+        "host_latency_ms": ver["host_latency_ms"],
+        "host_speedup_vs_uncompressed": ver["host_speedup"],
+        "baseline_latency_ms": base.result["latency_ms"],
+        "accuracy": stages_acc,
+        "agreement_with_executorch": ver["agreement_with_executorch"],
+        "parity": ver["parity"],
+        "sizes": ver["sizes"],
+        "attempts": [{"attempt": a["attempt"], "chosen": a["plan"].result["chosen"], "passed": a["verify"].result["passed"],
+                      "failures": a["verify"].result["failures"]} for a in attempts],
+        "recipe": manifest.get("applied", []),
+        "stage_seconds": {**c.stage_seconds},
+        "stages_skipped": [r.stage for r in c.runner.records.values() if r.skipped],
+        "wall_s": round(time.perf_counter() - c.started, 1),
+        "bundle": str(out / "bundle") if passed is not None else None,
+        "environment": environment(),
+    }
+    atomic_write_json(out / "compress.json", summary)
+
+    plots = []
+    if pareto_plot(plan_doc, out / "candidates.png", budget_ms=c.budgets.latency_ms):
+        plots.append(("Candidates (predicted)", "candidates.png"))
+    try:
+        from edgenlp.profile.report import plot
+
+        before = json.loads((base.path / "profile.json").read_text())
+        after = json.loads((final["verify"].path / "profile.json").read_text())
+        before = {**before, "model": "before (fp32, uncompressed)"}
+        after = {**after, "model": "after (compressed)"}
+        plot([before, after], out / "profile.png")
+        plots.append(("Per-component host profile, before vs after", "profile.png"))
+    except (OSError, KeyError, ValueError) as exc:  # a missing profile is reported, not fatal
+        log.warning("profile plot skipped: %s", exc)
+    atomic_write_text(out / "report.md", markdown(summary, plots))
+    return summary
+
+
+def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
+    cfg, t = s["config"], s["target"]
+    lines = [f"# edgenlp compress: {cfg['model']} on {cfg['task']} for {t.get('name', cfg['target'])}", ""]
+    lines.append(("**Result: every budget and the accuracy limit met.**" if s["passed"] else
+                  "**Result: no candidate passed verification; no bundle was written.**"))
+    lines += ["", f"Chosen: `{json.dumps(s['chosen'], sort_keys=True)}`  ", f"Bundle: `{s['bundle']}`", ""]
+    lines += ["## Budgets", "", "| budget | limit | predicted for the target | measured on this host | met |", "|---|---|---|---|---|"]
+    p = s["predicted"]
+    est = " (estimated)" if p["latency_ms"].get("estimated") else ""
+    lines.append(f"| latency (ms, seq {s['budgets']['seq_len']}, {s['budgets']['threads']} thread(s)) | {_fmt(p['latency_ms']['budget'])} | "
+                 f"{_fmt(p['latency_ms']['predicted'])}{est} | {_fmt(p['latency_ms']['host_measured'])} | {_fmt(p['latency_ms']['passed'])} |")
+    lines.append(f"| peak memory (MB) | {_fmt(p['memory_mb']['budget'])} | {_fmt(p['memory_mb']['predicted'])}{est} | - | "
+                 f"{_fmt(p['memory_mb']['passed'])} |")
+    lines.append(f"| size (MB, {p['size_mb']['artifact']}) | {_fmt(p['size_mb']['budget'])} | {_fmt(p['size_mb']['predicted'])} | "
+                 f"{_fmt(p['size_mb']['measured'])} | {_fmt(p['size_mb']['passed'])} |")
+    lines += ["", f"Host latency of the uncompressed model: {_fmt(s['baseline_latency_ms'])} ms; compressed: "
+              f"{_fmt(s['host_latency_ms'].get('executorch'))} ms (speed-up {_fmt(s['host_speedup_vs_uncompressed'])}×). "
+              "Host times are this machine's, not the target's.", ""]
+    lines += ["## Accuracy after each stage", "", "| stage | dev accuracy | measured through |", "|---|---|---|"]
+    for r in s["accuracy"]:
+        lines.append(f"| {r['stage']} | {r['accuracy']:.4f} | {r['through']} |")
+    a = p["accuracy"]
+    lines += ["", f"Drop against the uncompressed model: {a['drop_points']:.2f} points (limit {a['limit']}).", ""]
+    if s["agreement_with_executorch"]:
+        lines += ["Native runtime predictions equal ExecuTorch's on " + ", ".join(
+            f"{100 * v:.1f}%" for v in s["agreement_with_executorch"].values()) + " of the dev set.", ""]
+    if len(s["attempts"]) > 1 or not s["passed"]:
+        lines += ["## Attempts", "", "| attempt | candidate | passed | why not |", "|---|---|---|---|"]
+        for at in s["attempts"]:
+            lines.append(f"| {at['attempt']} | `{json.dumps(at['chosen'], sort_keys=True)}` | {_fmt(at['passed'])} | "
+                         f"{'; '.join(at['failures']) or '-'} |")
+        lines.append("")
+    for title, f in plots:
+        lines += [f"## {title}", "", f"![{title}]({f})", ""]
+    lines += ["## Stages", "", "| stage | seconds |", "|---|---|"]
+    for k, v in s["stage_seconds"].items():
+        lines.append(f"| {k}{' (reused)' if k in s['stages_skipped'] else ''} | {v} |")
+    lines += ["", f"Wall time of this run: {s['wall_s']} s.", "", "## Recipe", "", "```json",
+              json.dumps(s["recipe"], indent=2), "```", ""]
+    return "\n".join(lines)

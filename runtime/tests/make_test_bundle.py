@@ -158,12 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=Path, default=MINILM_VOCAB)
-    ap.add_argument("--buckets", default="32,128", help="comma-separated sequence-length buckets")
+    from edgenlp.cli_types import parse_int_list
+
+    ap.add_argument("--buckets", type=parse_int_list, default="32,128", help="comma-separated sequence-length buckets")
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--no-pte", action="store_true", help="tokenizer-only bundle")
     args = ap.parse_args(argv)
-    buckets = tuple(int(b) for b in args.buckets.split(","))
-    write_bundle(args.out, vocab=args.vocab, buckets=buckets, max_seq_len=args.max_seq_len,
+    write_bundle(args.out, vocab=args.vocab, buckets=args.buckets, max_seq_len=args.max_seq_len,
                  with_pte=not args.no_pte)
     log.info("wrote %s", args.out)
     return 0

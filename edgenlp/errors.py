@@ -7,11 +7,22 @@ its message on one line and exits non-zero; no traceback is shown.
 
 from __future__ import annotations
 
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Exit statuses of ``edgenlp`` and ``edgenlp-run`` (runtime/tools/edgenlp_run.cpp uses the same numbers)."""
+
+    OK = 0
+    FAILURE = 1  # not the user's fault: a runtime or model failure, a bug
+    USER_ERROR = 2  # bad input the user can fix: one ``error:`` line
+    INTERRUPTED = 130
+
 
 class EdgeNLPError(Exception):
     """An error caused by input the user can fix; the message is one line."""
 
-    exit_code = 2
+    exit_code = ExitCode.USER_ERROR
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))

@@ -41,22 +41,28 @@ def run_demo(
     from edgenlp.run.eager import EagerRunner
     from edgenlp.utils import atomic_write_json, environment
 
+    from edgenlp.errors import EdgeNLPError
+
     out = Path(out)
     timings: dict[str, float] = {}
+    try:  # every option checked before any work
+        # The library's defaults (body 5e-5, head 2e-3, best-dev weights kept), one bounded pass.
+        config = FinetuneConfig(method="full", epochs=1, max_steps=steps, train_limit=train_limit, batch_size=32,
+                                seed=seed, max_seq_len=max_seq_len, threads=threads)
+        export_config = ExportConfig(max_seq_len=128)
+    except ValueError as exc:
+        raise EdgeNLPError(f"invalid option: {exc}") from None
     data = load_task(task, data_dir=data_dir)
     m, info = load_model(model, labels=data.labels, seed=seed)
 
     t0 = time.perf_counter()
-    # The library's defaults (body 5e-5, head 2e-3, best-dev weights kept), one bounded pass.
-    config = FinetuneConfig(method="full", epochs=1, max_steps=steps, train_limit=train_limit, batch_size=32,
-                            seed=seed, max_seq_len=max_seq_len, threads=threads)
     result = finetune(m, info, data, config, device=device, show_progress=progress)
     model_dir = result.save(out / "model", info)
     timings["finetune_s"] = time.perf_counter() - t0
     ft_model, ft_info = load_model(model_dir, labels=data.labels)
 
     t0 = time.perf_counter()
-    bundle = export_bundle(ft_model, ft_info, out / "bundle", task=data, config=ExportConfig(max_seq_len=128))
+    bundle = export_bundle(ft_model, ft_info, out / "bundle", task=data, config=export_config)
     timings["export_s"] = time.perf_counter() - t0
 
     results = {}

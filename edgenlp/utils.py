@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import platform
@@ -85,7 +86,9 @@ def quiet_stderr(*, enabled: bool = True) -> Iterator[None]:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, 2)
-        yield
+        # and what bindings write through Python's sys.stderr (ExecuTorch's log lines do)
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         sys.stderr.flush()
         os.dup2(saved, 2)

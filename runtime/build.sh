@@ -3,7 +3,7 @@
 #
 #   bash runtime/build.sh                         # host (x86_64) -> runtime/build/x86_64
 #   bash runtime/build.sh --arch aarch64          # cross -> runtime/build/aarch64 (downloads the aarch64 wheel once)
-#   bash runtime/build.sh --sanitize              # ASan + UBSan -> runtime/build/x86_64-asan
+#   bash runtime/build.sh --sanitize              # ASan + UBSan -> runtime/build-asan/x86_64
 #   bash runtime/build.sh --build-dir DIR --fuzz  # libFuzzer targets (clang)
 #
 # Environment: PYTHON (default .venv/bin/python or python3), JOBS.
@@ -64,7 +64,7 @@ fi
 
 if [[ -z "$build_dir" ]]; then
   build_dir="$here/build/$arch"
-  [[ $sanitize -eq 1 ]] && build_dir="$build_dir-asan"
+  [[ $sanitize -eq 1 ]] && build_dir="$here/build-asan/$arch"   # apart from the plain build, which may be shared
   [[ $fuzz -eq 1 ]] && build_dir="$here/build/fuzz"
 fi
 [[ $sanitize -eq 1 ]] && cmake_args+=(-DEDGENLP_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)

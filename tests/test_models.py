@@ -69,12 +69,31 @@ def test_padding_does_not_change_logits():
     assert (model(padded, mask) - alone).abs().max().item() < 1e-5
 
 
-def test_uneven_shape_including_empty_layer():
-    shape = EncoderShape(family="bert", vocab_size=100, hidden=32, heads=(2, 4, 0), head_dim=8, ffn=(16, 64, 0), max_positions=32)
-    model = EncoderClassifier(shape, 3).init_weights(seed=0).eval()
-    assert [layer.query.out_features for layer in model.layers] == [16, 32, 0]
-    out = model(torch.randint(0, 100, (2, 10)), torch.ones(2, 10, dtype=torch.int64))
-    assert out.shape == (2, 3) and torch.isfinite(out).all()
+def test_uneven_shape_including_empty_layer_equals_the_masked_uniform_model():
+    """Pruned == masked: an uneven model (2, 4, 0 heads; 16, 64, 0 FFN neurons) built from the leading heads and
+    neurons of a uniform model gives the uniform model's logits once the dropped heads' and neurons' output
+    columns are zeroed there (an empty sublayer leaves only its output bias, as a fully masked one does)."""
+    heads, ffn, head_dim = (2, 4, 0), (16, 64, 0), 8
+    full = EncoderClassifier(EncoderShape(family="bert", vocab_size=100, hidden=32, heads=(4,) * 3, head_dim=head_dim,
+                                          ffn=(64,) * 3, max_positions=32), 3).init_weights(std=0.2, seed=0).eval()
+    shape = EncoderShape(family="bert", vocab_size=100, hidden=32, heads=heads, head_dim=head_dim, ffn=ffn, max_positions=32)
+    pruned = EncoderClassifier(shape, 3).eval()
+    assert [layer.query.out_features for layer in pruned.layers] == [16, 32, 0]
+    ids = torch.randint(1, 100, (2, 10), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 10, dtype=torch.int64)
+    mask[1, 6:] = 0
+    unmasked = full(ids, mask)
+    source = full.state_dict()
+    pruned.load_state_dict({k: source[k][tuple(slice(0, n) for n in v.shape)] for k, v in pruned.state_dict().items()})
+    with torch.no_grad():
+        for layer, h, f in zip(full.layers, heads, ffn):
+            layer.attn_out.weight[:, h * head_dim :] = 0
+            layer.ffn_out.weight[:, f:] = 0
+    want = full(ids, mask)
+    got = pruned(ids, mask)
+    assert got.shape == (2, 3)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert (unmasked - got).abs().max() > 1e-3  # the dropped heads and neurons did contribute
 
 
 @pytest.mark.parametrize(

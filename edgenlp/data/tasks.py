@@ -16,7 +16,8 @@ from pathlib import Path
 
 from edgenlp.errors import DataError
 
-csv.field_size_limit(1 << 24)
+# The largest field read_tsv accepts (the csv module's default is 128 KiB).
+MAX_FIELD_CHARS = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,9 @@ def read_tsv(path: str | Path) -> Split:
         raise DataError(f"{path}: file not found")
     texts: list[str] = []
     labels: list[str] = []
+    limit = csv.field_size_limit()
     try:
+        csv.field_size_limit(max(limit, MAX_FIELD_CHARS))
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.reader(f, delimiter="\t", quotechar='"', strict=True)
             try:
@@ -148,6 +151,8 @@ def read_tsv(path: str | Path) -> Split:
         raise DataError(f"{path}: line {reader.line_num}: malformed TSV ({exc})") from exc
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    finally:
+        csv.field_size_limit(limit)
     if not texts:
         raise DataError(f"{path}: no data rows after the header")
     return Split(tuple(texts), tuple(labels), str(path))

@@ -8,18 +8,9 @@ import time
 
 import click
 
+from edgenlp.cli_types import IntList
+
 log = logging.getLogger(__name__)
-
-
-def parse_int_list(value: str | None, *, option: str) -> tuple[int, ...] | None:
-    if value is None:
-        return None
-    try:
-        return tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        from edgenlp.errors import EdgeNLPError
-
-        raise EdgeNLPError(f"{option} expects comma-separated integers, got {value!r}") from None
 
 
 @click.command("export")
@@ -28,7 +19,7 @@ def parse_int_list(value: str | None, *, option: str) -> tuple[int, ...] | None:
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
 @click.option("--format", "fmt", type=click.Choice(["pte", "onnx", "both"]), default="both", show_default=True)
 @click.option("--seq-len", type=int, default=128, show_default=True, help="Maximum sequence length the bundle accepts.")
-@click.option("--buckets", default=None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 (default: powers of two up to --seq-len).")
+@click.option("--buckets", type=IntList(), default=None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 (default: powers of two up to --seq-len).")
 @click.option("--tolerance", type=float, default=None,
               help="Max |logit diff| vs the parity reference; export fails above it (default: the model's parity policy, 1e-4 for fp32).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights a checkpoint lacks (e.g. a new classifier head).")
@@ -55,7 +46,7 @@ def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, ou
         config = ExportConfig(
             formats=("pte", "onnx") if fmt == "both" else (fmt,),
             max_seq_len=seq_len,
-            buckets=parse_int_list(buckets, option="--buckets"),
+            buckets=buckets,
             parity_tolerance=tolerance,
         )
     except ValueError as exc:

@@ -135,6 +135,8 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
         raise EdgeNLPError(f"invalid option: {exc}") from None
     data = load_task(task, data_dir=data_dir)
     net, info = load_model(model, labels=data.labels, seed=seed)
+    if max_seq_len > info.shape.max_positions:
+        raise EdgeNLPError(f"--max-seq-len {max_seq_len} exceeds the model's {info.shape.max_positions} positions")
     show = not quiet and sys.stderr.isatty()
     result = finetune(net, info, data, config, device=device, show_progress=show)
     out = result.save(out_dir, info)

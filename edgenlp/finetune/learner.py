@@ -109,10 +109,6 @@ def target_names(model: nn.Module, targets: tuple[str, ...]) -> list[str]:
     return names
 
 
-def get_module(model: nn.Module, path: str) -> nn.Module:
-    return model.get_submodule(path)
-
-
 def set_module(model: nn.Module, path: str, module: nn.Module) -> None:
     parent, _, attr = path.rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, attr, module)
@@ -150,7 +146,7 @@ def add_learners(
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for path, r in ranks.items():
-        base = get_module(model, path)
+        base = model.get_submodule(path)
         if not isinstance(base, nn.Linear):
             raise TypeError(f"{path} is a {type(base).__name__}, not nn.Linear")
         r = min(r, base.in_features, base.out_features)

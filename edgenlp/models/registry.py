@@ -206,7 +206,10 @@ def load_model(
         cfg = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as exc:
         raise EdgeNLPError(f"{cfg_file}: invalid JSON ({exc.msg} at line {exc.lineno})") from exc
-    shape = shape_from_hf_config(cfg)
+    try:
+        shape = shape_from_hf_config(cfg)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EdgeNLPError(f"{cfg_file}: not a usable BERT/DistilBERT config ({type(exc).__name__}: {exc})") from None
     family = FAMILIES[shape.family]
     ckpt_labels = None
     if "id2label" in cfg and cfg.get("architectures", [""])[0].endswith("ForSequenceClassification"):

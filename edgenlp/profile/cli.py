@@ -4,27 +4,18 @@ from __future__ import annotations
 
 import click
 
+from edgenlp.cli_types import IntList
 from edgenlp.errors import EdgeNLPError
-
-
-def _ints(value: str, option: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise EdgeNLPError(f"{option} takes comma-separated integers, got {value!r}") from None
-    if not out or any(v < 1 for v in out):
-        raise EdgeNLPError(f"{option} takes positive integers, got {value!r}")
-    return out
 
 
 @click.command("profile")
 @click.argument("model_or_bundle")
 @click.option("--task", default=None, help="Task whose labels size the classifier head (model only).")
-@click.option("--seq-len", default="128", show_default=True, help="Sequence lengths, comma-separated (e.g. 32,128,512).")
+@click.option("--seq-len", type=IntList(), default="128", show_default=True, help="Sequence lengths, comma-separated (e.g. 32,128,512).")
 @click.option("--batch", default=1, show_default=True, type=int, help="Batch size.")
 @click.option("--runtime", "runtimes", default=None, help="Runtimes, comma-separated: eager, executorch, onnx, native. "
               "Default: eager for a model, the bundle's formats for a bundle.")  # fmt: skip
-@click.option("--threads", default="1", show_default=True, help="Thread counts, comma-separated (e.g. 1,2).")
+@click.option("--threads", type=IntList(), default="1", show_default=True, help="Thread counts, comma-separated (e.g. 1,2).")
 @click.option("--runs", default=30, show_default=True, type=int, help="Timed runs per measurement (median and p90 over these).")
 @click.option("--warmup", default=3, show_default=True, type=int, help="Untimed warm-up runs per measurement.")
 @click.option("--json", "json_file", default=None, type=click.Path(dir_okay=False), help="Write the profile document(s) here.")
@@ -57,7 +48,7 @@ def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, 
     rts = tuple(r.strip() for r in runtimes.split(",") if r.strip()) if runtimes else default_runtimes(model_or_bundle)
     try:
         config = ProfileConfig(
-            seq_lens=_ints(seq_len, "--seq-len"), batch=batch, runtimes=rts, threads=_ints(threads, "--threads"),
+            seq_lens=seq_len, batch=batch, runtimes=rts, threads=threads,
             runs=runs, warmup=warmup, per_layer=per_layer,
         )  # fmt: skip
     except ValueError as exc:

@@ -120,12 +120,6 @@ class Measurement:
         idx = self.central_runs()
         return {c: float(np.mean(v[idx])) for c, v in self.component_runs().items()}
 
-    def overhead_runs(self) -> np.ndarray:
-        """Profiled total minus the attributed operators: runtime dispatch, delegate entry, hooks."""
-        total = np.asarray(self.profiled_total_ms, dtype=float)
-        attributed = sum(self.component_runs().values())
-        return total - attributed
-
 
 @runtime_checkable
 class Measurer(Protocol):

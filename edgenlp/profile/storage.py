@@ -84,8 +84,6 @@ def tensor_bytes(t: torch.Tensor) -> int:
     if type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__"):
         names, _ = t.__tensor_flatten__()
         return sum(tensor_bytes(getattr(t, n)) for n in names)
-    if t.is_quantized:
-        return t.numel() * t.element_size()
     return t.numel() * t.element_size()
 
 

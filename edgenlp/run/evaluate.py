@@ -42,6 +42,8 @@ def evaluate(
     """Evaluate a bundle (or a model, with ``runtime="eager"``) on a task split or any TSV file."""
     if data is None and task is None:
         raise EdgeNLPError("give --task (with --split) or --data FILE.tsv")
+    if limit is not None and limit < 1:
+        raise EdgeNLPError(f"--limit must be >= 1, got {limit}")
     if data is not None:
         sp = read_tsv(data)
     else:

@@ -16,6 +16,7 @@ The library is looked up in ``$EDGENLP_NATIVE_LIB``, then in
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import os
 import platform
@@ -32,21 +33,30 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 
-# edgenlp_status values (runtime/include/edgenlp.h)
-OK = 0
-ERR_INVALID_ARGUMENT = 1
-ERR_IO = 2
-ERR_BUNDLE = 3
-ERR_CHECKSUM = 4
-ERR_INVALID_UTF8 = 5
-ERR_MODEL = 6
-ERR_BUFFER_TOO_SMALL = 7
-ERR_NO_MODEL = 8
+
+class Status(enum.IntEnum):
+    """``edgenlp_status`` of runtime/include/edgenlp.h, names without the ``EDGENLP_`` prefix.
+
+    The header is the source; a test checks that this mirror matches it.
+    """
+
+    OK = 0
+    ERR_INVALID_ARGUMENT = 1
+    ERR_IO = 2
+    ERR_BUNDLE = 3
+    ERR_CHECKSUM = 4
+    ERR_INVALID_UTF8 = 5
+    ERR_MODEL = 6
+    ERR_BUFFER_TOO_SMALL = 7
+    ERR_NO_MODEL = 8
+    ERR_OUT_OF_MEMORY = 9
+    ERR_INTERNAL = 10
+
 
 # edgenlp_open_ex flags
 OPEN_SKIP_VERIFY = 1
 OPEN_LOAD_ALL_METHODS = 2
-_BUNDLE_ERRORS = (ERR_IO, ERR_BUNDLE, ERR_CHECKSUM, ERR_MODEL, ERR_NO_MODEL)
+_BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL)
 
 _lib: ctypes.CDLL | None = None
 _lib_lock = threading.Lock()
@@ -147,7 +157,7 @@ class NativeHandle:
         self._h = ctypes.c_void_p()
         flags = (0 if verify else OPEN_SKIP_VERIFY) | (OPEN_LOAD_ALL_METHODS if load_all_methods else 0)
         status = self._lib.edgenlp_open_ex(os.fsencode(str(bundle_dir)), flags, ctypes.byref(self._h))
-        if status != OK:
+        if status != Status.OK:
             message = self._error()
             self.close()
             raise NativeBundleError(message, status=status) if status in _BUNDLE_ERRORS else NativeError(
@@ -164,7 +174,7 @@ class NativeHandle:
         return self._lib.edgenlp_last_error(self._h).decode("utf-8", "replace")
 
     def _check(self, status: int) -> None:
-        if status == OK:
+        if status == Status.OK:
             return
         if status in _BUNDLE_ERRORS:
             raise NativeBundleError(self._error(), status=status)

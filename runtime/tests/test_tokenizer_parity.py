@@ -58,9 +58,9 @@ def test_every_bmp_character_matches_hf(tok_bundle, hf_tokenizer):
 
 def test_invalid_utf8_is_an_error_not_a_crash(tok_bundle):
     from edgenlp.errors import EdgeNLPError
-    from edgenlp.run.native import ERR_INVALID_UTF8, native_tokenize
+    from edgenlp.run.native import Status, native_tokenize
 
     with pytest.raises(EdgeNLPError) as info:
         native_tokenize(tok_bundle, ["lone surrogate \ud800 here"])
-    assert info.value.status == ERR_INVALID_UTF8
+    assert info.value.status == Status.ERR_INVALID_UTF8
     assert "invalid UTF-8" in str(info.value)

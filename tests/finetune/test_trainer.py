@@ -122,13 +122,36 @@ def test_short_run_lowers_loss_and_returns_a_plain_model(case, config, synth_tas
     assert len(r["dev_per_epoch"]) == 2 and len(r["wall_s_per_epoch"]) == 2
 
 
-def test_same_seed_same_run_and_banking_style_macro_f1(synth_task):
+def test_same_seed_same_run(synth_task):
     cfg = FinetuneConfig(method="learner", epochs=1, batch_size=16, max_steps=6, learner=LearnerConfig(rank=2, priming_steps=2))
     a = finetune(*small_model(), synth_task, cfg)
     b = finetune(*small_model(), synth_task, cfg)
     assert a.report["epochs"][0]["train_loss"] == b.report["epochs"][0]["train_loss"]
     for (k, v), (_, w) in zip(a.model.state_dict().items(), b.model.state_dict().items()):
         assert torch.equal(v, w), k
+
+
+class _Predicts(nn.Module):
+    """Predicts the label given as the row's first token id (3 classes)."""
+
+    def forward(self, ids, mask):
+        return nn.functional.one_hot(ids[:, 0], 3).float()
+
+
+def test_banking_style_macro_f1_against_a_hand_computed_case():
+    from edgenlp.finetune.trainer import Encoded, evaluate
+
+    gold = [0, 0, 1, 1, 2, 2]
+    pred = [0, 1, 1, 1, 2, 0]
+    # per class (tp, fp, fn) -> F1 = 2tp / (2tp + fp + fn): 0: (1, 1, 1) -> 1/2; 1: (2, 1, 0) -> 4/5; 2: (1, 0, 1) -> 2/3
+    want = (1 / 2 + 4 / 5 + 2 / 3) / 3  # 59/90
+    # rows of different lengths: evaluate sorts them by length and must map predictions back
+    data = Encoded(ids=[[p] + [7] * (6 - i) for i, p in enumerate(pred)], labels=gold)
+    report = evaluate(_Predicts(), data, num_labels=3, batch_size=4)
+    assert report["accuracy"] == pytest.approx(4 / 6)
+    assert report["macro_f1"] == pytest.approx(59 / 90) == pytest.approx(want)
+    binary = evaluate(_Predicts(), Encoded(ids=[[0], [1]], labels=[0, 0]), num_labels=2)
+    assert binary == {"accuracy": 0.5, "n": 2}  # macro-F1 only with more than two labels
 
 
 def test_rank_auto_through_the_method_picks_planted_ranks_and_keeps_the_function(batch):

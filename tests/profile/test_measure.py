@@ -1,11 +1,11 @@
-"""Measured latency: attribution covers the whole forward on every runtime.
+"""Measured latency: attribution covers the forward on every runtime.
 
-These check a consistency property of the attribution (components add up to
-the end-to-end time), not speed. On a shared machine other processes add
-random delays to random runs, so the comparison uses the fastest runs (the
-least disturbed ones on both sides): the components of the fastest profiled
-run against the fastest plain end-to-end run. The reported document must
-add up exactly (components + unattributed = total).
+These check properties of the attribution, not speed: on a model whose profile
+is known (matrix multiplications are nearly all of its work), the attributed
+components alone must cover at least 80% of the plain end-to-end median of
+the same measurement, and the FFN (8x the FLOPs of the attention output
+projection) must take longer than that projection. An attribution that drops
+or misplaces operators fails. One measurement each, no retries.
 """
 
 from __future__ import annotations
@@ -51,28 +51,20 @@ def small_target(small_model, tmp_path_factory):
 
 
 @pytest.mark.parametrize("runtime", ["eager", "onnx", "executorch"])
-def test_components_add_up_to_end_to_end(small_target, runtime):
-    measurer = _measurers()[runtime]
-    spec = MeasureSpec(seq_len=SEQ, runs=15, warmup=2)
-    misses = []
-    for _attempt in range(3):
-        m = measurer.measure(small_target, spec)
-        per_component = m.component_runs()
-        fastest = int(np.argmin(m.profiled_total_ms))
-        comp_sum = sum(float(v[fastest]) for v in per_component.values())
-        e2e = min(m.end_to_end_ms)
-        if abs(comp_sum - e2e) <= 0.10 * e2e:
-            break
-        misses.append((round(comp_sum, 3), round(e2e, 3)))
-    else:
-        pytest.fail(f"{runtime}: components of the fastest run vs fastest end-to-end run (ms), 3 attempts: {misses}")
-    doc = build_document(small_target, analyze(small_target.analysis_model, seq_len=SEQ), {runtime: m}, ProfileConfig(runtimes=(runtime,)), 1)
+def test_components_cover_most_of_end_to_end(small_target, runtime):
+    m = _measurers()[runtime].measure(small_target, MeasureSpec(seq_len=SEQ, runs=15, warmup=2))
+    doc = build_document(small_target, analyze(small_target.analysis_model, seq_len=SEQ), {runtime: m},
+                         ProfileConfig(runtimes=(runtime,)), 1)
     t = doc["total"]
-    assert t["components_sum_ms"][runtime] + t["unattributed_ms"][runtime] == pytest.approx(t["latency_ms"][runtime], abs=1e-3)
+    assert t["latency_ms"][runtime] == pytest.approx(float(np.median(m.end_to_end_ms)), rel=1e-3)
+    coverage = t["components_sum_ms"][runtime] / t["latency_ms"][runtime]
     rows = {r["name"]: r for r in doc["components"]}
+    detail = {name: r["latency_ms"][runtime] for name, r in rows.items()}
+    assert coverage >= 0.8, f"{runtime}: components cover {coverage:.0%} of the end-to-end median: {detail}"
     assert set(rows) == set(COMPONENTS)
     for name in ("attn_qkv", "attn_core", "attn_out", "ffn"):
         assert rows[name]["latency_ms"][runtime] > 0, name
+    assert rows["ffn"]["latency_ms"][runtime] > rows["attn_out"]["latency_ms"][runtime], detail
     assert doc["methods"][runtime]
 
 

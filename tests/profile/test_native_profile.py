@@ -26,8 +26,6 @@ def test_native_profile_of_a_bundle_attributes_every_component(tiny_bundle):
     assert set(rows) == set(COMPONENTS)
     for name in ("attn_qkv", "attn_core", "attn_out", "ffn"):
         assert rows[name]["latency_ms"]["native"] > 0, name
-    t = doc["total"]
-    assert t["components_sum_ms"]["native"] + t["unattributed_ms"]["native"] == pytest.approx(t["latency_ms"]["native"], abs=1e-3)
     assert "libedgenlp" in doc["methods"]["native"]
 
 

@@ -347,10 +347,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    # tools/bench/profile.py would shadow the standard library's ``profile`` (torch imports cProfile).
-    here = Path(__file__).resolve().parent
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    sys.path.insert(0, str(ROOT))
     from edgenlp.utils import atomic_write_json, atomic_write_text, environment
 
     env = environment()

@@ -1,10 +1,18 @@
 """Benchmark the native runtime against the ExecuTorch Python runtime and ONNX Runtime.
 
 For one bundle (with model.pte and model.onnx), measured in one run:
-  * latency per (seq_len, threads): edgenlp-run --bench (C++), ExecuTorch
-    pybindings, ONNX Runtime, in --rounds interleaved rounds; medians and
-    ratios against the ExecuTorch Python runtime (the baseline measured in
-    the same rounds);
+  * latency per (seq_len, threads) for every runtime of the bundle (native
+    through libedgenlp, ExecuTorch Python, ONNX Runtime), both ways, in the
+    same process and alternating run by run:
+      - model only: the program on ids already tokenized, padded into the
+        bucket (edgenlp.bundle.pick_bucket/pad_to_bucket) and masked; ExecuTorch
+        Python and ONNX Runtime are timed around execute/run, the native runtime
+        by its ETDump ``Method::execute`` event (the C API takes text, so the
+        program's own timer is the only model-only clock it has);
+      - end to end: text in, label out through ``Runner.predict`` (tokenizer,
+        bucket, pad, execute, softmax, argmax), the same call for every runtime;
+    --rounds interleaved rounds of a fresh process per runtime; medians and
+    ratios against the ExecuTorch Python runtime measured in the same round;
   * cold start (open bundle -> first result, seq 128, 1 thread): --cold-runs
     fresh processes per runtime, interleaved, median; native with and
     without sha256 verification (ExecuTorch Python and ONNX Runtime verify
@@ -15,7 +23,7 @@ For one bundle (with model.pte and model.onnx), measured in one run:
 
     .venv/bin/python tools/bench/runtime.py --bundle out/minilm-sst2 [--iters 30] [--rounds 3] [--cold-runs 7]
 
-Writes runtime.json and runtime.md to --out.
+Writes runtime.json and runtime.md to --out (with the host's CPU model and ISA flags).
 """
 
 from __future__ import annotations
@@ -53,13 +61,13 @@ import torch
 from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 bundle, L, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 _unsafe_reset_threadpool(threads)
+from edgenlp.bundle import Bundle, pad_to_bucket, pick_bucket
 t_import = time.perf_counter()
 from executorch.runtime import Runtime
-m = json.load(open(bundle + "/manifest.json"))
-meth = next(x for x in sorted(m["artifacts"]["pte"]["methods"], key=lambda x: x["seq_len"]) if x["seq_len"] >= L)
-method = Runtime.get().load_program(bundle + "/model.pte").load_method(meth["name"])
-x = torch.full((1, meth["seq_len"]), 1037, dtype=torch.int64); x[0, 0] = 101; x[0, L - 1] = 102
-mask = torch.zeros(1, meth["seq_len"], dtype=torch.int64); mask[0, :L] = 1
+b = Bundle.open(bundle, verify=False)
+meth = pick_bucket(b.pte_methods, L)
+method = Runtime.get().load_program(b.artifact("pte")).load_method(meth.name)
+x, mask = pad_to_bucket([101] + [1037] * (L - 2) + [102], meth, pad_id=0)
 method.execute([x, mask])
 t_first = time.perf_counter()
 for _ in range(3): method.execute([x, mask])
@@ -101,6 +109,92 @@ def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int)
     out = subprocess.run([sys.executable, "-c", script, str(bundle), str(seq_len), str(threads), str(iters)],
                          capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+RUNTIMES = ("native", "executorch", "onnx")  # the bundle's runtimes, in the order each round runs them
+BASELINE = "executorch"
+MODES = {"model": "model only (tokenized, padded, masked ids -> logits)", "e2e": "end to end (text -> label, Runner.predict)"}
+
+
+def measure_worker(args: dict) -> dict:
+    """Body of one fresh process: one runtime at one (seq_len, threads); model-only and end-to-end runs alternate."""
+    import resource
+
+    from edgenlp.bundle import pad_to_bucket, pick_bucket
+    from edgenlp.models.tokenizer import pad_batch
+    from edgenlp.profile.native import text_of_length
+    from edgenlp.run.base import get_runner
+
+    runtime, bundle, threads = args["runtime"], args["bundle"], int(args["threads"])
+    iters, warmup = int(args["iters"]), int(args["warmup"])
+    text = text_of_length(int(args["seq_len"]))
+    runner = get_runner(bundle, runtime=runtime, threads=threads)
+    ids = runner.token_ids([text])[0]
+    traced = None
+    if runtime == "native":
+        from edgenlp.run.native import NativeHandle
+
+        traced = NativeHandle(bundle)
+        traced.enable_etdump()
+        model = lambda: traced.logits([text])  # noqa: E731  timed by its ETDump Method::execute events
+    elif runtime == "executorch":
+        m = pick_bucket(runner.methods, len(ids))
+        x, mask = pad_to_bucket(ids, m, pad_id=runner.pad_id)
+        method = runner._method(m.name)
+        model = lambda: method.execute([x, mask])  # noqa: E731
+    else:
+        x, mask = pad_batch([ids], pad_id=runner.pad_id)
+        model = lambda: runner.run_batch(x, mask)  # noqa: E731
+    for _ in range(warmup):
+        model()
+        runner.predict([text])
+    model_ms, e2e_ms = [], []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        model()
+        model_ms.append((time.perf_counter() - t0) * 1e3)
+        t0 = time.perf_counter()
+        runner.predict([text])
+        e2e_ms.append((time.perf_counter() - t0) * 1e3)
+    if traced is not None:
+        from edgenlp.profile._et_worker import read_etdump
+
+        with tempfile.TemporaryDirectory() as tmp:
+            traced.write_etdump(Path(tmp) / "run.etdp")
+            _, method_ms = read_etdump(Path(tmp) / "run.etdp")
+        model_ms = method_ms[-iters:]
+    runner.close()
+    return {"tokens": len(ids), "model_ms": model_ms, "e2e_ms": e2e_ms,
+            "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+
+
+def run_worker(args: dict) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args["threads"]))
+    proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(args)], capture_output=True, text=True,
+                          env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {args['runtime']} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def latency(bundle: Path, *, seq_len: int, threads: int, runtimes: tuple[str, ...], rounds: int, iters: int) -> dict:
+    """Both modes for every runtime, ``rounds`` interleaved rounds; ratios against the baseline of the same round."""
+    per: dict[str, list[dict]] = {rt: [] for rt in runtimes}
+    for _ in range(rounds):
+        for rt in runtimes:
+            per[rt].append(run_worker({"runtime": rt, "bundle": str(bundle), "seq_len": seq_len, "threads": threads,
+                                       "iters": iters, "warmup": 3}))
+    row: dict = {"seq_len": seq_len, "threads": threads, "tokens": per[runtimes[0]][0]["tokens"]}
+    for rt, rs in per.items():
+        row[rt] = {"peak_rss_kb": med(r["peak_rss_kb"] for r in rs)}
+        for mode in MODES:
+            round_medians = [med(r[f"{mode}_ms"]) for r in rs]
+            row[rt][mode] = {"median_ms": med(round_medians), "round_medians_ms": round_medians,
+                             "p90_ms": med(float(np.percentile(r[f"{mode}_ms"], 90)) for r in rs)}
+            if BASELINE in per:
+                row[rt][mode]["vs_baseline"] = med(
+                    med(r[f"{mode}_ms"]) / med(b[f"{mode}_ms"]) for r, b in zip(rs, per[BASELINE]))
+    return row
 
 
 def tokenizer_throughput(bundle: Path) -> dict:
@@ -187,63 +281,81 @@ def cold_start(run: Path, bundle: Path, *, runs: int, has_onnx: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from edgenlp.cli_types import parse_int_list
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--worker":
+        print(json.dumps(measure_worker(json.loads(sys.argv[2]))))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bundle", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per (seq_len, threads)")
     ap.add_argument("--cold-runs", type=int, default=7, help="fresh processes per runtime for cold start")
-    ap.add_argument("--seq-lens", default="32,128")
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--seq-lens", type=parse_int_list, default="32,128")
+    ap.add_argument("--threads", type=parse_int_list, default="1,2")
+    ap.add_argument("--skip-extras", action="store_true",
+                    help="latency only (no cold start, tokenizer or sizes), written to runtime-latency.{json,md}")
     ap.add_argument("--out", type=Path, default=REPO / "tools/bench/results")
     args = ap.parse_args(argv)
+    from edgenlp.utils import environment
+
     run = REPO / "runtime/build/x86_64/edgenlp-run"
     subprocess.run(["bash", str(REPO / "runtime/build.sh")], check=True, capture_output=True)
     has_onnx = (args.bundle / "model.onnx").exists()
+    runtimes = tuple(rt for rt in RUNTIMES if rt != "onnx" or has_onnx)
     rows = []
-    for L in (int(x) for x in args.seq_lens.split(",")):
-        for T in (int(x) for x in args.threads.split(",")):
+    for L in args.seq_lens:
+        for T in args.threads:
             log.info("seq %d threads %d", L, T)
-            ets, nats, orts = [], [], []
-            for _ in range(args.rounds):
-                ets.append(run_py(PY_ET, args.bundle, seq_len=L, threads=T, iters=args.iters))
-                nats.append(run_native(run, args.bundle, seq_len=L, threads=T, iters=args.iters))
-                if has_onnx:
-                    orts.append(run_py(PY_ORT, args.bundle, seq_len=L, threads=T, iters=args.iters))
-            et = {"median": med(r["median"] for r in ets), "p90": med(r["p90"] for r in ets),
-                  "peak_rss_kb": med(r["peak_rss_kb"] for r in ets), "round_medians": [r["median"] for r in ets]}
-            nat = {"median": med(r["latency_ms"]["median"] for r in nats), "p90": med(r["latency_ms"]["p90"] for r in nats),
-                   "peak_rss_kb": med(r["peak_rss_kb"] for r in nats),
-                   "round_medians": [r["latency_ms"]["median"] for r in nats]}
-            ort = ({"median": med(r["median"] for r in orts), "p90": med(r["p90"] for r in orts),
-                    "peak_rss_kb": med(r["peak_rss_kb"] for r in orts), "round_medians": [r["median"] for r in orts]}
-                   if orts else None)
-            row = {"seq_len": L, "threads": T, "executorch_python": et, "native": nat, "onnxruntime": ort,
-                   # median over rounds of the per-round ratio: each against the baseline of its own round
-                   "native_vs_executorch_python": med(n["latency_ms"]["median"] / e["median"] for n, e in zip(nats, ets)),
-                   "onnxruntime_vs_executorch_python": (med(o["median"] / e["median"] for o, e in zip(orts, ets))
-                                                        if orts else None)}
-            rows.append(row)
-    log.info("cold start")
-    cold = cold_start(run, args.bundle, runs=args.cold_runs, has_onnx=has_onnx)
-    result = {"bundle": str(args.bundle), "iters": args.iters, "rounds": args.rounds, "machine": os.uname().machine,
-              "nproc": os.cpu_count(), "load_avg_at_end": os.getloadavg(), "baseline": "executorch_python",
-              "latency": rows, "cold_start": cold, "tokenizer": tokenizer_throughput(args.bundle), "sizes": sizes()}
+            rows.append(latency(args.bundle, seq_len=L, threads=T, runtimes=runtimes, rounds=args.rounds,
+                                iters=args.iters))
+    cold = tok = None
+    if not args.skip_extras:
+        log.info("cold start")
+        cold = cold_start(run, args.bundle, runs=args.cold_runs, has_onnx=has_onnx)
+        tok = tokenizer_throughput(args.bundle)
+    env = environment()
+    result = {"bundle": str(args.bundle), "iters": args.iters, "rounds": args.rounds, "environment": env,
+              "load_avg_at_end": os.getloadavg(), "baseline": BASELINE, "modes": MODES,
+              "methods": {"native": {"model": "ETDump Method::execute events of a second handle, same process",
+                                     "e2e": "NativeRunner.predict (ctypes: native tokenizer + ExecuTorch C++)"},
+                          "executorch": {"model": "perf_counter around Method.execute (pybindings)",
+                                         "e2e": "ExecuTorchRunner.predict (HF fast tokenizer + pybindings)"},
+                          "onnx": {"model": "perf_counter around InferenceSession.run",
+                                   "e2e": "OnnxRunner.predict (HF fast tokenizer + ONNX Runtime)"}},
+              "latency": rows, "cold_start": cold, "tokenizer": tok, "sizes": None if args.skip_extras else sizes()}
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "runtime.json").write_text(json.dumps(result, indent=2))
-    md = ["# Native runtime benchmark", "", f"Bundle `{args.bundle}`, {args.rounds} interleaved rounds of {args.iters} "
-          "iterations; latency in ms = median over rounds of each round's median; ratio = runtime / ExecuTorch "
-          "Python, median of the per-round ratios (each against the baseline measured in the same round). "
-          f"{os.cpu_count()} cores shared with other jobs (load average {os.getloadavg()[0]:.1f} at the end): "
-          "compare ratios, not absolute times.", "",
-          "| seq | threads | ExecuTorch Python | native (edgenlp-run) | ratio | ONNX Runtime | ratio | native RSS MB | ET-Python RSS MB |",
-          "|---|---|---|---|---|---|---|---|---|"]
+    stem = "runtime-latency" if args.skip_extras else "runtime"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2))
+    cpu = env["cpu"]
+    names = {"native": "native", "executorch": "ExecuTorch Python", "onnx": "ONNX Runtime"}
+    others = [rt for rt in runtimes if rt != BASELINE]
+    md = ["# Runtime benchmark", "",
+          f"Bundle `{args.bundle}`; {cpu.get('model', '?')}, {cpu.get('cpu_count')} cores, ISA flags: "
+          f"{' '.join(cpu.get('isa', [])) or 'none listed'}; load average {os.getloadavg()[0]:.1f} at the end.", "",
+          f"{args.rounds} interleaved rounds (a fresh process per runtime and round) of {args.iters} iterations; "
+          "within a process model-only and end-to-end runs alternate. Latency in ms = median over rounds of each "
+          f"round's median; ratio = runtime / {names[BASELINE]}, median of the per-round ratios (each against the "
+          "baseline measured in the same round). The text tokenizes to exactly `seq` tokens.", "",
+          "- model only: " + "; ".join(f"{names[rt]}: {result['methods'][rt]['model']}" for rt in runtimes),
+          "- end to end: " + "; ".join(f"{names[rt]}: {result['methods'][rt]['e2e']}" for rt in runtimes), "",
+          "| seq | threads | mode | " + " | ".join(names[rt] for rt in runtimes) + " | "
+          + " | ".join(f"{names[rt]} ÷ {names[BASELINE]}" for rt in others) + " |",
+          "|---|---|---|" + "---:|" * (len(runtimes) + len(others))]
     for r in rows:
-        o = r["onnxruntime"]
-        md.append(f"| {r['seq_len']} | {r['threads']} | {r['executorch_python']['median']:.2f} | "
-                  f"{r['native']['median']:.2f} | {r['native_vs_executorch_python']:.2f} | "
-                  f"{o['median'] if o else float('nan'):.2f} | {r['onnxruntime_vs_executorch_python'] or float('nan'):.2f} | "
-                  f"{r['native']['peak_rss_kb'] / 1024:.0f} | {r['executorch_python']['peak_rss_kb'] / 1024:.0f} |")
+        for mode in MODES:
+            md.append(f"| {r['seq_len']} | {r['threads']} | {mode} | "
+                      + " | ".join(f"{r[rt][mode]['median_ms']:.2f}" for rt in runtimes) + " | "
+                      + " | ".join(f"{r[rt][mode]['vs_baseline']:.2f}" for rt in others) + " |")
+    md += ["", "Peak RSS (MB, median over rounds; each a Python worker process, so the native runtime's includes the "
+           "interpreter and numpy; edgenlp-run alone is in runtime.md's cold-start table): " + "; ".join(
+        f"seq {r['seq_len']}/{r['threads']}t: " + ", ".join(f"{names[rt]} {r[rt]['peak_rss_kb'] / 1024:.0f}"
+                                                           for rt in runtimes) for r in rows)]
+    if args.skip_extras:
+        (args.out / f"{stem}.md").write_text("\n".join(md) + "\n")
+        log.info("wrote %s", args.out / f"{stem}.md")
+        return 0
     md += ["", f"Cold start (open bundle -> first result, seq 128, 1 thread; median of {cold['runs']} fresh processes "
            "per runtime, interleaved):", "",
            "| runtime | cold start ms | runs | peak RSS MB |", "|---|---|---|---|"]

@@ -10,28 +10,23 @@ Writes into ``tools/bench/results/``:
 
 Results are written after each model, so a cut-short run keeps what it has.
 
-    python tools/bench/profile.py                          # full plan
-    python tools/bench/profile.py --models minilm-l6 --seq-len 32,128 --runs 10
+    python tools/bench/component_profile.py                          # full plan
+    python tools/bench/component_profile.py --models minilm-l6 --seq-len 32,128 --runs 10
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import sys
+import time
 from pathlib import Path
 
-# This file's name shadows the standard library's ``profile`` (which torch imports through
-# cProfile) when run as a script: drop the script's folder from the import path first.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import time  # noqa: E402
-
-ROOT = _HERE.parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tools" / "bench" / "results"
-sys.path.insert(0, str(ROOT))
+
+from edgenlp.cli_types import parse_int_list  # noqa: E402
 
 log = logging.getLogger("bench.profile")
 
@@ -67,7 +62,7 @@ def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, floa
     atomic_write_json(RESULTS / "profile.json", {"config": vars(args), "seconds": seconds, "environment": environment(),
                                                  "profiles": all_docs})  # fmt: skip
     lines = [
-        "# Per-component profile (tools/bench/profile.py)",
+        "# Per-component profile (tools/bench/component_profile.py)",
         "",
         f"Runs per measurement: {args.runs} after {args.warmup} warm-up; latency cells are ms (share of the end-to-end median).",
         "Component latency: mean over the middle half of the profiled runs; total: median of plain end-to-end runs.",
@@ -93,9 +88,9 @@ def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, floa
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["bert-base", "minilm-l6"])
-    ap.add_argument("--seq-len", default="32,128,512")
+    ap.add_argument("--seq-len", type=parse_int_list, default="32,128,512")
     ap.add_argument("--runtimes", default="eager,executorch,onnx")
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", type=parse_int_list, default="1,2")
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--workdir", default=None, help="keep lowered artifacts here (default: temporary)")
@@ -108,8 +103,8 @@ def main() -> int:
     from edgenlp.profile.api import ProfileConfig, profile
 
     config = ProfileConfig(
-        seq_lens=tuple(int(s) for s in args.seq_len.split(",")), runtimes=tuple(args.runtimes.split(",")),
-        threads=tuple(int(t) for t in args.threads.split(",")), runs=args.runs, warmup=args.warmup, per_layer=True,
+        seq_lens=args.seq_len, runtimes=tuple(args.runtimes.split(",")),
+        threads=args.threads, runs=args.runs, warmup=args.warmup, per_layer=True,
     )  # fmt: skip
     all_docs: dict[str, list[dict]] = {}
     seconds: dict[str, float] = {}

@@ -267,6 +267,8 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         "",
         f"Machine: {meta['cpu']}, ISA flags {meta.get('isa')}. {meta.get('note') or 'Shared with other jobs, so times carry noise.'}",
         "",
+        _sweep_text(meta),
+        "",
         "## At each method's chosen setting",
         "",
         "| task | method | setting | seeds | dev acc (%) | macro-F1 | trainable | % | peak trainable | s/epoch | step s (phases) | peak RSS MiB |",
@@ -310,6 +312,19 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
     return "\n".join(lines) + "\n"
 
 
+def _sweep_text(meta: dict) -> str:
+    sw = meta.get("sweep", {})
+    who = (f"methods {', '.join(sw['methods'])}" if sw.get("methods") else "every method") + \
+          (f" on {', '.join(sw['tasks'])}" if sw.get("tasks") else " on every task")
+    if sw.get("scale"):
+        how = ("body and head learning rates scaled together by " + ", ".join(f"{x:g}" for x in sw["scale"])
+               + " (1 = the defaults)")
+    else:
+        how = f"body lr {', '.join(sw.get('lr', []))} x head lr {', '.join(sw.get('head_lr', []))}"
+    return (f"Sweep ({who}, seed {meta['seeds'][0]}): {how}; the best seed-{meta['seeds'][0]} dev accuracy picks the "
+            f"setting that then runs seeds {', '.join(map(str, meta['seeds'][1:])) or '(none)'}.")
+
+
 def _isa() -> str:
     try:
         flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
@@ -326,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--sweep-lr", nargs="+", default=[DEFAULT], help="Body learning rates to sweep ('default' allowed).")
     p.add_argument("--sweep-head-lr", nargs="+", default=[DEFAULT], help="Head learning rates to sweep ('default' allowed).")
+    p.add_argument("--sweep-scale", nargs="+", type=float, default=None,
+                   help="Sweep body and head rates together: each method's defaults times each factor "
+                        "(e.g. 0.32 1 3.2 spans 10x; 1 is the default setting). Replaces --sweep-lr/--sweep-head-lr.")
     p.add_argument("--sweep-only", nargs="+", default=None, choices=list(VARIANTS), help="Methods swept (default: all of --only).")
     p.add_argument("--sweep-tasks", nargs="+", default=None, help="Tasks swept (default: all of --tasks).")
     p.add_argument("--epochs", type=int, default=1)
@@ -359,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds, "note": args.note,
-            "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr,
+            "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": _isa(), "environment": env}
     out = Path(args.out)
@@ -368,8 +386,17 @@ def main(argv: list[str] | None = None) -> int:
     main_v = [v for v in args.only if v in MAIN] + [v for v in args.only if v not in MAIN]
     swept_v = set(args.sweep_only or args.only)
     swept_t = set(args.sweep_tasks or args.tasks)
-    grid = [(lr, h) for lr in args.sweep_lr for h in args.sweep_head_lr]
     default = (DEFAULT, DEFAULT)
+
+    def grid_for(variant: str) -> list[tuple[str, str]]:
+        """The sweep of one method: --sweep-scale (both rates times each factor) or --sweep-lr x --sweep-head-lr."""
+        if args.sweep_scale:
+            from edgenlp.finetune.config import DEFAULT_HEAD_LR, DEFAULT_LR
+
+            base = DEFAULT_LR[VARIANTS[variant][0]]
+            return [default if s == 1 else (f"{base * s:.3g}", f"{DEFAULT_HEAD_LR * s:.3g}") for s in args.sweep_scale]
+        return [(lr, h) for lr in args.sweep_lr for h in args.sweep_head_lr]
+
     first_seed = args.seeds[0]
     runs, skipped = [], []
     start = time.perf_counter()
@@ -402,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
         first_setting = {}
         for task in args.tasks:
             for variant in main_v:
+                grid = grid_for(variant)
                 setting = default if default in grid or not (variant in swept_v and task in swept_t) else grid[0]
                 first_setting[(task, variant)] = setting
                 attempt(task, variant, first_seed, setting)
@@ -409,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         for task in args.tasks:
             for variant in main_v:
                 if variant in swept_v and task in swept_t:
-                    for setting in grid:
+                    for setting in grid_for(variant):
                         if setting != first_setting[(task, variant)]:
                             attempt(task, variant, first_seed, setting)
         # 3. the other seeds at each method's best setting

@@ -143,3 +143,18 @@ def test_folding_soft_gates_then_surgery_equals_the_soft_masked_model(case):
         want = masked_forward(model, ids, mask, gates)
         got = apply_masks(fold_gates(copy.deepcopy(model), gates), masks)(ids, mask)
     assert (got - want).abs().max().item() < 1e-5
+
+
+def test_size_measures_match_the_profiler_closed_forms_for_bert_base():
+    """The sparsity measures count what the profiler counts (bert-base, seq 128: README's profile table)."""
+    from edgenlp.models.encoder import EncoderShape
+    from edgenlp.prune.masks import encoder_flops, encoder_params
+
+    s = EncoderShape.uniform(num_layers=12, hidden=768, num_heads=12, ffn=3072)
+    qkv, out, ffn, norms = 21_261_312, 7_087_104, 56_669_184, 12 * 2 * 2 * 768
+    assert encoder_params(s.hidden, s.head_dim, s.heads, s.ffn) == qkv + out + ffn + norms
+    assert encoder_flops(s.hidden, s.head_dim, s.heads, s.ffn, seq_len=128) == 22_347_251_712
+    # one head less in one layer removes its Q/K/V/out slices, its attention FLOPs and nothing else
+    heads = (11,) + s.heads[1:]
+    assert encoder_params(s.hidden, s.head_dim, s.heads, s.ffn) - encoder_params(s.hidden, s.head_dim, heads, s.ffn) \
+        == 4 * 768 * 64 + 3 * 64

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "inspect": ("edgenlp.export.cli", "inspect_cmd", "Verify a bundle and print its manifest."),
     "profile": ("edgenlp.profile.cli", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
     "finetune": ("edgenlp.finetune.cli", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
+    "prune": ("edgenlp.prune.cli", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
     "tokenize": ("edgenlp.run.tokenize_cli", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
     "demo": ("edgenlp.pipeline", "demo_cmd", "Fine-tune, export, evaluate (default MiniLM + SST-2), no compression."),
     "compress": ("edgenlp.compress.cli", "compress_cmd", "The main job: fine-tune, prune, quantize, export, verify under a device budget."),

@@ -45,6 +45,7 @@ class RecipeError(EdgeNLPError):
 _BUILTIN_STEPS: dict[str, str] = {
     "finetune": "edgenlp.finetune.config:FinetuneConfig",
     "export": "edgenlp.export.api:ExportConfig",
+    "prune": "edgenlp.prune.config:PruneConfig",
 }
 _REGISTRY: dict[str, type[Config]] = {}
 

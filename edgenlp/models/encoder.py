@@ -48,6 +48,7 @@ class EncoderShape:
     norm_eps: float = 1e-12
     activation: str = "gelu"
     dropout: float = 0.1
+    pooler: int | None = None  # pooler output width; None = hidden (hidden-dim pruning keeps the original width)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -63,6 +64,8 @@ class EncoderShape:
             raise ValueError("heads and ffn widths must be >= 0")
         if self.type_vocab_size < 0:
             raise ValueError("type_vocab_size must be >= 0")
+        if self.pooler is not None and self.pooler <= 0:
+            raise ValueError(f"pooler must be positive or None, got {self.pooler}")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {ACTIVATIONS}, got {self.activation!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -97,6 +100,10 @@ class EncoderShape:
         return len(self.heads)
 
     @property
+    def pooler_width(self) -> int:
+        return self.hidden if self.pooler is None else self.pooler
+
+    @property
     def is_uniform(self) -> bool:
         return len(set(self.heads)) <= 1 and len(set(self.ffn)) <= 1
 
@@ -105,6 +112,8 @@ class EncoderShape:
         d["heads"] = list(self.heads)
         d["ffn"] = list(self.ffn)
         d["num_layers"] = self.num_layers
+        if self.pooler is None:
+            del d["pooler"]  # directories written before the field existed read the same
         return d
 
     @classmethod
@@ -206,10 +215,10 @@ class EncoderClassifier(nn.Module):
             raise ValueError(f"{len(self.labels)} labels given for num_labels={num_labels}")
         self.embeddings = Embeddings(shape)
         self.layers = nn.ModuleList(EncoderLayer(shape, h, f) for h, f in zip(shape.heads, shape.ffn))
-        self.pooler = nn.Linear(shape.hidden, shape.hidden)
+        self.pooler = nn.Linear(shape.hidden, shape.pooler_width)
         self.pooler_act = torch.tanh if FAMILIES[shape.family].pooler_activation == "tanh" else torch.relu
         self.head_dropout = nn.Dropout(shape.dropout)
-        self.classifier = nn.Linear(shape.hidden, num_labels)
+        self.classifier = nn.Linear(shape.pooler_width, num_labels)
 
     @property
     def num_labels(self) -> int:

@@ -1,0 +1,102 @@
+"""What the pruning methods share: tokenized data, batches, size measures, progress."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from edgenlp.models.encoder import EncoderShape
+from edgenlp.prune.config import PruneConfig
+from edgenlp.prune.masks import encoder_flops, encoder_params
+
+
+@dataclass
+class PruneData:
+    """Tokenized train/dev rows (``edgenlp.finetune.trainer.Encoded``) and batching on ``device``."""
+
+    train: object
+    dev: object
+    pad_id: int
+    num_labels: int
+    device: str = "cpu"
+
+    def batches(self, *, rows: int | None, batch_size: int, seed: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        """Seeded shuffled batches (ids, mask, labels) over ``rows`` training rows (all when None), repeating."""
+        from edgenlp.finetune.trainer import collate
+
+        gen = torch.Generator().manual_seed(seed)
+        n = len(self.train)
+        limit = n if rows is None else min(rows, n)
+        while True:
+            perm = torch.randperm(n, generator=gen).tolist()[:limit]
+            for start in range(0, len(perm), batch_size):
+                batch = collate(self.train, perm[start : start + batch_size], pad_id=self.pad_id)
+                yield tuple(t.to(self.device) for t in batch)
+
+    def steps_per_epoch(self, batch_size: int) -> int:
+        return math.ceil(len(self.train) / batch_size)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def size_fn(config: PruneConfig, head_dim: int) -> Callable:
+    """``f(hidden, heads, ffn)`` -> the size ``config.target`` measures (ints or tensors)."""
+    if config.target == "flops":
+        return lambda hidden, heads, ffn: encoder_flops(hidden, head_dim, heads, ffn, seq_len=config.seq_len)
+    return lambda hidden, heads, ffn: encoder_params(hidden, head_dim, heads, ffn)
+
+
+def shape_size(shape: EncoderShape, config: PruneConfig) -> float:
+    return float(size_fn(config, shape.head_dim)(shape.hidden, shape.heads, shape.ffn))
+
+
+@dataclass(frozen=True)
+class UnitCosts:
+    """Size of one head, one neuron and the fixed part of one layer at a given hidden width."""
+
+    head: float
+    neuron: float
+    fixed: float
+
+    @classmethod
+    def of(cls, config: PruneConfig, head_dim: int, hidden: int) -> "UnitCosts":
+        f = size_fn(config, head_dim)
+        base = float(f(hidden, [0], [0]))
+        return cls(float(f(hidden, [1], [0])) - base, float(f(hidden, [0], [1])) - base, base)
+
+
+def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], head_scores: list[torch.Tensor],
+                  neuron_scores: list[torch.Tensor], costs: UnitCosts, budget: float) -> None:
+    """Drop kept units with the lowest score per unit of size until the total fits ``budget`` (in place)."""
+    size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(map(sum, keep_neurons))
+    if size <= budget:
+        return
+    cands = []
+    for i, (kh, sc) in enumerate(zip(keep_heads, head_scores)):
+        cands += [(float(sc[j]) / costs.head, costs.head, "h", i, j) for j in range(len(kh)) if kh[j]]
+    for i, (kn, sc) in enumerate(zip(keep_neurons, neuron_scores)):
+        cands += [(float(sc[j]) / costs.neuron, costs.neuron, "n", i, j) for j in range(len(kn)) if kn[j]]
+    cands.sort(key=lambda c: c[0])
+    for _, cost, kind, i, j in cands:
+        if size <= budget:
+            break
+        (keep_heads if kind == "h" else keep_neurons)[i][j] = False
+        size -= cost
+
+
+def progress_bar(show: bool, *, fields: tuple[str, ...] = ("info",)):
+    """A rich progress bar on stderr (or a no-op context giving None)."""
+    if not show:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    *(TextColumn(f"{{task.fields[{f}]}}") for f in fields), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=False)

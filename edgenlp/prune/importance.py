@@ -1,0 +1,58 @@
+"""Iterative gradient-importance pruning of heads and neurons (Michel et al., NeurIPS 2019): the baseline.
+
+The importance of a head (or FFN neuron) is the expected absolute gradient of
+the task loss with respect to its mask variable, ``E |dL/dm|``, estimated over
+``config.samples`` training rows at the current mask (one gradient per batch,
+as in the authors' code) and normalized per layer. In ``config.iterations``
+rounds the target is approached in equal steps; each round recomputes the
+importance and removes the least important units per unit of size until the
+round's budget is met. No weight is changed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from edgenlp.models.encoder import EncoderClassifier
+from edgenlp.prune.common import PruneData, UnitCosts, fit_to_budget, model_device, shape_size
+from edgenlp.prune.config import PruneConfig
+from edgenlp.prune.fast import _split, mask_gradients, masks_from_keep
+from edgenlp.prune.masks import Gates
+
+log = logging.getLogger(__name__)
+
+
+def _normalized(scores: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Michel et al.'s layer-wise normalization: each layer's importance vector divided by its L2 norm."""
+    return [sc / (sc.norm() + 1e-20) for sc in scores]
+
+
+def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, progress=None):
+    """``(masks, pruned model, extra)`` for ``config.target_sparsity``."""
+    from edgenlp.prune.surgery import apply_masks
+
+    shape = model.shape
+    costs = UnitCosts.of(config, shape.head_dim, shape.hidden)
+    full = shape_size(shape, config)
+    keep_heads = [[True] * h for h in shape.heads]
+    keep_neurons = [[True] * f for f in shape.ffn]
+    rounds = []
+    for r in range(1, config.iterations + 1):
+        gates = Gates.ones(shape, device=model_device(model))
+        with torch.no_grad():
+            for g, k in zip(gates.head, keep_heads):
+                g.copy_(torch.tensor(k, dtype=g.dtype))
+            for g, k in zip(gates.neuron, keep_neurons):
+                g.copy_(torch.tensor(k, dtype=g.dtype))
+        gh, gn = mask_gradients(model, data, config, rows=config.samples, progress=progress,
+                                description=f"importance {r}/{config.iterations}", gates=gates)
+        target = config.target_sparsity * r / config.iterations
+        fit_to_budget(keep_heads, keep_neurons, _normalized(_split(gh.abs().mean(0), shape.heads)),
+                      _normalized(_split(gn.abs().mean(0), shape.ffn)), costs, (1.0 - target) * full)
+        rounds.append({"round": r, "target": round(target, 4), "heads": sum(map(sum, keep_heads)),
+                       "neurons": sum(map(sum, keep_neurons))})
+        log.info("importance round %d: %s", r, rounds[-1])
+    masks = masks_from_keep(keep_heads, keep_neurons, shape, method="importance")
+    return masks, apply_masks(model, masks), {"rounds": rounds}

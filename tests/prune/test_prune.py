@@ -1,0 +1,166 @@
+"""The methods end to end on a tiny model, the Lagrangian, the recipe step, and the CLI's errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from edgenlp.cli import main
+from edgenlp.data.tasks import load_task
+from edgenlp.prune import MaskDict, PruneConfig, apply_masks, prune
+
+
+@pytest.fixture(scope="module")
+def task(tiny_task_dir):
+    return load_task(tiny_task_dir)
+
+
+QUICK = dict(samples=8, batch_size=2, iterations=2, epochs=2, finetune_epochs=1)
+
+
+@pytest.mark.parametrize("method, target", [("fast", "params"), ("importance", "params"), ("cofi", "params"),
+                                            pytest.param("fast", "flops", marks=pytest.mark.slow),
+                                            pytest.param("cofi", "flops", marks=pytest.mark.slow)])
+def test_each_method_reaches_the_target_with_an_exact_smaller_model(method, target, task, tmp_path, make_finetuned):
+    from edgenlp.models.registry import load_model
+
+    model, info = make_finetuned(num_layers=3)
+    quick = {**QUICK, "finetune_epochs": 0} if method == "importance" else QUICK  # importance: weights untouched
+    cfg = PruneConfig(method=method, target_sparsity=0.5, target=target, seq_len=32, **quick)
+    res = prune(model, info, task, cfg, progress=False)
+    measure = "encoder_params" if target == "params" else "flops"
+    assert res.report["achieved"][measure] >= 0.5 - 1e-9
+    assert res.report["achieved"][measure] < 0.75  # reached, not overshot by much
+    assert res.model.param_count() < model.param_count()
+    assert res.info.recipe[-1].type == "prune" and res.info.recipe[-1].config == cfg
+    out = res.save(tmp_path / "p")
+    report = json.loads((out / "prune.json").read_text())
+    assert report["shape"]["heads"] == list(res.model.shape.heads)
+    # the saved masks rebuild the same structure; the saved directory is an ordinary model directory
+    masks = MaskDict.load(out / "masks.json")
+    assert masks.pruned_shape(model.shape).heads == res.model.shape.heads
+    again, again_info = load_model(out)
+    assert [s.type for s in again_info.recipe] == ["finetune", "prune"]
+    ids = torch.randint(1, 1000, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(again(ids, torch.ones_like(ids)), res.model(ids, torch.ones_like(ids)))
+    if method == "importance":  # no weight changes: the pruned model is surgery of the original
+        with torch.no_grad():
+            direct = apply_masks(model, masks)
+            assert torch.allclose(direct(ids, torch.ones_like(ids)), res.model(ids, torch.ones_like(ids)), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["fast", "cofi"])
+def test_target_zero_is_the_identity(method, task, make_finetuned):
+    model, info = make_finetuned()
+    res = prune(model, info, task, PruneConfig(method=method, target_sparsity=0.0, **QUICK), progress=False)
+    assert res.model.shape == model.shape
+    ids = torch.randint(1, 1000, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(res.model(ids, torch.ones_like(ids)), model(ids, torch.ones_like(ids)))
+    assert res.report["achieved"]["encoder_params"] == 0.0
+
+
+def test_lagrangian_moves_expected_sparsity_towards_the_target(make_finetuned):
+    from edgenlp.prune.cofi import CofiGates, Lagrangian
+    from edgenlp.prune.common import shape_size
+
+    model, _ = make_finetuned()
+    cfg = PruneConfig(method="cofi", target_sparsity=0.6)
+    gates, lag = CofiGates(model.shape, droprate_init=0.1, hidden=True), Lagrangian()
+    opt = torch.optim.AdamW([{"params": list(gates.parameters()), "lr": 0.05},
+                             {"params": list(lag.parameters()), "lr": 0.05}], weight_decay=0.0)
+    full = shape_size(model.shape, cfg)
+
+    def expected():
+        return 1.0 - gates.expected_size(cfg) / full
+
+    start = float(expected())
+    for _ in range(30):
+        lag(expected(), cfg.target_sparsity).backward()
+        lag.ascend()
+        opt.step()
+        opt.zero_grad()
+    end = float(expected())
+    assert start < 0.3 and abs(end - 0.6) < abs(start - 0.6) - 0.1, (start, end)
+    assert float(lag.l1) < 0  # ascent: the multiplier grows against the gap (expected < target)
+
+
+@pytest.mark.slow
+def test_cofi_trace_moves_toward_the_target(task, make_finetuned):
+    model, info = make_finetuned()
+    cfg = PruneConfig(method="cofi", target_sparsity=0.5, samples=8, batch_size=2, epochs=20, finetune_epochs=0,
+                      mask_lr=0.1, lagrangian_lr=0.1, target_warmup=0.2)
+    trace = prune(model, info, task, cfg, progress=False).report["details"]["trace"]
+    assert trace[-1]["expected_sparsity"] > trace[0]["expected_sparsity"] + 0.02, trace
+    assert trace[-1]["lambda1"] < 0 < trace[-1]["lambda2"]
+
+
+def test_a_model_not_finetuned_for_the_task_is_refused(task, make_finetuned):
+    from edgenlp.errors import EdgeNLPError
+    from edgenlp_testing import tiny_model
+
+    model, info = tiny_model()  # no finetune step
+    with pytest.raises(EdgeNLPError, match="no finetune step"):
+        prune(model, info, task, PruneConfig(), progress=False)
+    model, info = make_finetuned(labels=("a", "b", "c"))
+    with pytest.raises(EdgeNLPError, match="labels"):
+        prune(model, info, task, PruneConfig(), progress=False)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["prune", *map(str, args)])
+
+
+def test_cli_prunes_and_writes_prune_json(finetuned_tiny_dir, tiny_task_dir, tmp_path):
+    res = _run(finetuned_tiny_dir, "--task", tiny_task_dir, "--method", "fast", "--target-sparsity", "0.4",
+               "--samples", "4", "--batch-size", "2", "--out", tmp_path / "o", "--json", tmp_path / "r.json", "-q")
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["achieved"]["encoder_params"] >= 0.4 and report["method"] == "fast"
+    assert (tmp_path / "o" / "prune.json").is_file() and (tmp_path / "o" / "masks.json").is_file()
+    # re-applying the written masks reproduces the structure
+    res = _run(finetuned_tiny_dir, "--task", tiny_task_dir, "--masks", tmp_path / "o" / "masks.json",
+               "--out", tmp_path / "again", "-q")
+    assert res.exit_code == 0, res.output
+    again = json.loads((tmp_path / "again" / "prune.json").read_text())
+    assert again["shape"] == report["shape"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--target-sparsity", "1.0"], "target_sparsity must be in [0, 1)"),
+    (["--target-sparsity", "1.5"], "target_sparsity must be in [0, 1)"),
+    (["--target-sparsity", "-0.1"], "target_sparsity must be in [0, 1)"),
+    (["--masks", "BADMASKS"], "masks were made for a model"),
+    (["--task", "LABELS3"], "labels"),
+    (["MODEL_NOT_FINETUNED"], "no finetune step"),
+])
+def test_cli_errors_are_one_line_and_write_nothing(args, message, finetuned_tiny_dir, tiny_task_dir, tmp_path):
+    from edgenlp.models.registry import save_pretrained
+    from edgenlp_testing import tiny_model, write_task_dir
+
+    model_dir, task = finetuned_tiny_dir, tiny_task_dir
+    if "BADMASKS" in args:
+        other, _ = tiny_model(num_layers=2)
+        MaskDict.full(other.shape).save(tmp_path / "bad.json")
+        args = ["--masks", tmp_path / "bad.json"]
+    if "LABELS3" in args:
+        (tmp_path / "t3").mkdir()
+        rows = [("x", "a"), ("y", "b"), ("z", "c")]
+        task = write_task_dir(tmp_path / "t3", train=rows, dev=rows)
+        args = []
+    if "MODEL_NOT_FINETUNED" in args:
+        m, i = tiny_model()
+        model_dir = save_pretrained(m, i, tmp_path / "plain")
+        args = []
+    res = _run(model_dir, "--task", task, *args, "--samples", "4", "--out", tmp_path / "out", "-q")
+    assert res.exit_code == 2, res.output
+    lines = [l for l in res.output.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], res.output
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,359 @@
+"""Benchmark: structured pruning of a fine-tuned MiniLM-L6 (cofi / fast / importance), not CI.
+
+For each task (teacher = a fine-tuned model directory) and each (method,
+encoder-parameter sparsity) run, in priority order until ``--budget-min``:
+
+1. ``edgenlp.prune.prune`` in this process (``prune.json`` kept: dev accuracy
+   before/after on the full dev set, achieved sparsity, kept structure, wall
+   time of mask learning and of the whole call);
+2. export of the pruned model to an ExecuTorch bundle (buckets 32 and 128,
+   parity against eager checked by the export);
+3. after all runs, ExecuTorch latency at seq 128 and 32 with 1 thread for every
+   bundle *and the unpruned teacher's bundle*, measured in ``--rounds``
+   interleaved rounds in one process (median over rounds of per-round
+   medians), reported as speedup = teacher latency / pruned latency.
+
+Writes ``<out>.json``, ``<out>.md`` and ``<out>.png`` (dev accuracy vs seq-128
+latency per method and task, the unpruned model, and the published CoFi
+BERT-base SST-2 points for orientation). Results are rewritten after every run.
+A rerun with the same ``--workdir`` reuses finished runs.
+
+    python tools/bench/prune.py --teachers /work/artifacts/teachers --tasks sst2 banking77 \\
+        --cofi-tasks sst2 --cofi-train-limit 4000 --budget-min 50 --workdir /tmp/prune-bench
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# tools/bench/profile.py shadows the standard library's ``profile`` (which torch imports through
+# cProfile) when a script in this folder runs: drop the script's folder from the import path first.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+ROOT = _HERE.parents[1]
+RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+log = logging.getLogger("bench.prune")
+
+# Published orientation points: CoFi on BERT-base, SST-2 dev accuracy (Xia, Zhong, Chen, "Structured Pruning
+# Learns Compact and Accurate Models", ACL 2022; released checkpoints princeton-nlp/CoFi-SST2-s60 and -s95,
+# table "Model List" of github.com/princeton-nlp/CoFiPruning). Speedups there are on a V100 GPU, batch 128.
+PUBLISHED = [
+    {"model": "BERT-base (CoFi-SST2-s60)", "task": "sst2", "sparsity": 0.601, "speedup": 2.1, "accuracy": 0.930},
+    {"model": "BERT-base (CoFi-SST2-s95)", "task": "sst2", "sparsity": 0.945, "speedup": 12.2, "accuracy": 0.904},
+]
+
+
+def isa_flags() -> str:
+    try:
+        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
+    return " ".join(f for f in wanted if f in flags) or "none"
+
+
+def plan(args) -> list[tuple[str, str, float]]:
+    """(task, method, sparsity) in priority order: at 50% then 70%, the cheap methods and cofi on the first task,
+    then the cheap methods at 50/70 on the other tasks, then the other sparsities, then the other cofi tasks."""
+    cheap = [m for m in ("fast", "importance") if m in args.methods]
+    main = [s for s in (0.5, 0.7) if s in args.sparsities]
+    rest = [s for s in args.sparsities if s not in main]
+    runs = []
+    for i, task in enumerate(args.tasks):
+        for s in main:
+            runs += [(task, m, s) for m in cheap]
+            if i == 0 and "cofi" in args.methods and task in args.cofi_tasks and s in args.cofi_sparsities:
+                runs.append((task, "cofi", s))
+        if i == 0 and "cofi" in args.methods and task in args.cofi_tasks:
+            runs += [(task, "cofi", s) for s in args.cofi_sparsities if s not in main]
+    runs += [(task, m, s) for task in args.tasks for s in rest for m in cheap]
+    if "cofi" in args.methods:
+        runs += [(task, "cofi", s) for task in args.cofi_tasks[1:] if task != args.tasks[0] for s in args.cofi_sparsities]
+    return runs
+
+
+def run_name(method: str, sparsity: float) -> str:
+    return f"{method}-{round(100 * sparsity)}"
+
+
+def export(model_dir: Path, bundle_dir: Path, task) -> dict:
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.models.registry import load_model
+
+    if (bundle_dir / "manifest.json").is_file():
+        m = json.loads((bundle_dir / "manifest.json").read_text())
+    else:
+        model, info = load_model(model_dir, labels=task.labels)
+        t0 = time.perf_counter()
+        export_bundle(model, info, bundle_dir, task=task,
+                      config=ExportConfig(formats=("pte",), max_seq_len=128, buckets=(32, 128), parity_samples=16))
+        log.info("exported %s in %.0fs", bundle_dir, time.perf_counter() - t0)
+        m = json.loads((bundle_dir / "manifest.json").read_text())
+    pte = bundle_dir / "model.pte"
+    return {"bundle": str(bundle_dir), "pte_mb": round(pte.stat().st_size / 1e6, 2),
+            "bundle_mb": round(sum(f.stat().st_size for f in bundle_dir.iterdir() if f.is_file()) / 1e6, 2),
+            "parity": m.get("parity")}
+
+
+def prune_run(teacher_dir: Path, task, method: str, sparsity: float, out: Path, args, *, dev_before=None) -> dict:
+    from edgenlp.models.registry import load_model
+    from edgenlp.prune import PruneConfig, prune
+
+    if (out / "prune.json").is_file():
+        return json.loads((out / "prune.json").read_text())
+    model, info = load_model(teacher_dir, labels=task.labels)
+    kw = dict(method=method, target_sparsity=sparsity, target="params", seq_len=128, threads=args.threads,
+              max_seq_len=args.max_seq_len, samples=args.importance_samples if method == "importance" else args.samples)
+    if method == "cofi":
+        kw.update(train_limit=args.cofi_train_limit, epochs=args.cofi_epochs, finetune_epochs=args.cofi_finetune_epochs,
+                  mask_lr=args.cofi_mask_lr, lagrangian_lr=args.cofi_lagrangian_lr, lr=args.cofi_lr,
+                  prune_hidden=not args.cofi_no_hidden)
+    cfg = PruneConfig(**kw)
+    res = prune(model, info, task, cfg, device="cpu", progress=sys.stderr.isatty(), dev_before=dev_before)
+    res.save(out)
+    return res.report
+
+
+def measure(bundles: dict[str, Path], *, seqs=(128, 32), iters: int, rounds: int) -> dict:
+    """``{name: {seq: {"median_ms", "rounds"}}}``: every bundle, interleaved, 1 thread, batch 1."""
+    import torch
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+    from executorch.runtime import Runtime
+
+    _unsafe_reset_threadpool(1)
+    torch.set_num_threads(1)
+    rt = Runtime.get()
+    methods = {}
+    for name, b in bundles.items():
+        prog = rt.load_program(str(b / "model.pte"))
+        for s in seqs:
+            meth = prog.load_method(f"forward_{s}")
+            n = s - 3  # a sentence that fills the bucket
+            x = torch.full((1, s), 2023, dtype=torch.int64)
+            x[0, 0], x[0, n - 1] = 101, 102
+            mask = torch.zeros(1, s, dtype=torch.int64)
+            mask[0, :n] = 1
+            for _ in range(3):
+                meth.execute([x, mask])
+            methods[(name, s)] = (prog, meth, x, mask)
+    per = {k: [] for k in methods}
+    for r in range(rounds):
+        for key, (_, meth, x, mask) in methods.items():
+            lat = []
+            for _ in range(iters):
+                t = time.perf_counter()
+                meth.execute([x, mask])
+                lat.append((time.perf_counter() - t) * 1e3)
+            per[key].append(statistics.median(lat))
+        log.info("latency round %d/%d done", r + 1, rounds)
+    out: dict = {}
+    for (name, s), meds in per.items():
+        out.setdefault(name, {})[str(s)] = {"median_ms": round(statistics.median(meds), 3), "rounds": [round(m, 3) for m in meds]}
+    return out
+
+
+def summarize(results: dict) -> list[dict]:
+    rows = []
+    for task, t in results["tasks"].items():
+        base = t.get("baseline", {})
+        base_acc = base.get("accuracy")
+        base_lat = results.get("latency", {}).get(f"{task}/unpruned", {})
+        for name, r in t["runs"].items():
+            rep = r.get("report")
+            if not rep:
+                continue
+            lat = results.get("latency", {}).get(f"{task}/{name}", {})
+            row = {
+                "task": task, "method": rep["method"], "target": rep["target"]["sparsity"],
+                "encoder_sparsity": rep["achieved"]["encoder_params"], "total_sparsity": rep["achieved"]["total_params"],
+                "flops_sparsity": rep["achieved"]["flops"], "accuracy": rep["dev_after"]["accuracy"],
+                "drop_points": round(100 * (base_acc - rep["dev_after"]["accuracy"]), 2) if base_acc is not None else None,
+                "hidden": rep["shape"]["hidden"], "heads": rep["shape"]["heads"], "ffn": rep["shape"]["ffn"],
+                "pte_mb": r.get("export", {}).get("pte_mb"), "learn_s": rep["learn_wall_s"], "wall_s": rep["wall_s"],
+            }
+            for s in ("128", "32"):
+                if s in lat and s in base_lat:
+                    row[f"ms_{s}"] = lat[s]["median_ms"]
+                    row[f"speedup_{s}"] = round(base_lat[s]["median_ms"] / lat[s]["median_ms"], 2)
+            rows.append(row)
+    return rows
+
+
+def write(results: dict, out: Path) -> None:
+    from edgenlp.utils import atomic_write_json, atomic_write_text
+
+    results["rows"] = summarize(results)
+    atomic_write_json(out.with_suffix(".json"), results)
+    lines = ["# Structured pruning of MiniLM-L6 (tools/bench/prune.py)", "",
+             f"Machine: {results['environment']['cpu'].get('model')}, ISA flags {results['isa']}. "
+             f"{results.get('note') or ''}", "",
+             "Dev accuracy on the full dev set (eager PyTorch; the ExecuTorch export is checked against eager at export). "
+             "Sparsity = fraction of encoder parameters removed (transformer layers; embeddings and head excluded). "
+             "Latency: ExecuTorch (XNNPACK), 1 thread, batch 1, a sentence filling the bucket; median over "
+             f"{results['config']['rounds']} interleaved rounds of {results['config']['iters']} runs, with the "
+             "unpruned model's bundle measured in the same rounds; speedup = unpruned / pruned.", ""]
+    for task, t in results["tasks"].items():
+        base = t.get("baseline", {})
+        lat = results.get("latency", {}).get(f"{task}/unpruned", {})
+        lines += [f"## {task}", "",
+                  f"Unpruned teacher: `{t['teacher']}`, dev accuracy {100 * base.get('accuracy', float('nan')):.2f}%, "
+                  f".pte {base.get('pte_mb')} MB, latency seq 128 {lat.get('128', {}).get('median_ms')} ms, "
+                  f"seq 32 {lat.get('32', {}).get('median_ms')} ms.", "",
+                  "| method | target | enc. sparsity | FLOPs@128 sparsity | dev acc | Δ points | hidden | heads per layer | "
+                  "FFN per layer | .pte MB | ms @128 | speedup @128 | ms @32 | speedup @32 | prune wall s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"]
+        for r in [r for r in results["rows"] if r["task"] == task]:
+            lines.append(
+                f"| {r['method']} | {100 * r['target']:.0f}% | {100 * r['encoder_sparsity']:.1f}% | {100 * r['flops_sparsity']:.1f}% "
+                f"| {100 * r['accuracy']:.2f}% | {r['drop_points']} | {r['hidden']} | {r['heads']} | {r['ffn']} | {r['pte_mb']} "
+                f"| {r.get('ms_128', '')} | {r.get('speedup_128', '')} | {r.get('ms_32', '')} | {r.get('speedup_32', '')} "
+                f"| {r['wall_s']:.0f} |")
+        lines.append("")
+    if results.get("not_run"):
+        lines += ["Not run: " + ", ".join(results["not_run"]), ""]
+    lines += ["Published orientation (different model, GPU latency): " + "; ".join(
+        f"{p['model']}: {100 * p['sparsity']:.1f}% sparsity, {100 * p['accuracy']:.1f}% SST-2 dev, {p['speedup']}x (V100, batch 128)"
+        for p in PUBLISHED) + " — Xia et al., ACL 2022, released checkpoints (github.com/princeton-nlp/CoFiPruning).", ""]
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines))
+    plot(results, out.with_suffix(".png"))
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    tasks = list(results["tasks"])
+    fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(5.2 * (len(tasks) + 1), 4.2))
+    marks = {"cofi": "o-", "fast": "s-", "importance": "^-"}
+    for ax, task in zip(axes, tasks):
+        base = results["tasks"][task].get("baseline", {})
+        lat = results.get("latency", {}).get(f"{task}/unpruned", {}).get("128", {}).get("median_ms")
+        for method, style in marks.items():
+            pts = sorted((r["ms_128"], 100 * r["accuracy"]) for r in results["rows"]
+                         if r["task"] == task and r["method"] == method and "ms_128" in r)
+            if pts:
+                ax.plot(*zip(*pts), style, label=method)
+        if lat and "accuracy" in base:
+            ax.plot([lat], [100 * base["accuracy"]], "k*", markersize=12, label="unpruned")
+        ax.set_title(f"MiniLM-L6, {task}: dev accuracy vs ExecuTorch latency")
+        ax.set_xlabel("latency, seq 128, 1 thread (ms)")
+        ax.set_ylabel("dev accuracy (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax = axes[-1]
+    for method, style in marks.items():
+        pts = sorted((r["speedup_128"], 100 * r["accuracy"]) for r in results["rows"]
+                     if r["task"] == "sst2" and r["method"] == method and "speedup_128" in r)
+        if pts:
+            ax.plot(*zip(*pts), style, label=f"{method} (MiniLM-L6, ExecuTorch CPU)")
+    ax.plot([p["speedup"] for p in PUBLISHED], [100 * p["accuracy"] for p in PUBLISHED], "kx", markersize=9,
+            label="CoFi BERT-base 60% / 95% (published, V100)")
+    ax.set_xscale("log")
+    ax.set_title("SST-2: dev accuracy vs speedup over the unpruned model")
+    ax.set_xlabel("speedup (seq 128)")
+    ax.set_ylabel("dev accuracy (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--teachers", type=Path, default=Path("/work/artifacts/teachers"), help="folder with one model dir per task")
+    p.add_argument("--tasks", nargs="+", default=["sst2", "banking77"])
+    p.add_argument("--teacher", action="append", default=[], metavar="TASK=DIR", help="a teacher outside --teachers")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--methods", nargs="+", default=["fast", "importance", "cofi"])
+    p.add_argument("--sparsities", nargs="+", type=float, default=[0.3, 0.5, 0.7, 0.9])
+    p.add_argument("--cofi-tasks", nargs="+", default=["sst2", "banking77"])
+    p.add_argument("--cofi-sparsities", nargs="+", type=float, default=[0.5, 0.7])
+    p.add_argument("--cofi-train-limit", type=int, default=4000)
+    p.add_argument("--cofi-epochs", type=float, default=1.0)
+    p.add_argument("--cofi-finetune-epochs", type=float, default=1.0)
+    p.add_argument("--cofi-mask-lr", type=float, default=0.1)
+    p.add_argument("--cofi-lagrangian-lr", type=float, default=0.05)
+    p.add_argument("--cofi-lr", type=float, default=5e-5)
+    p.add_argument("--cofi-no-hidden", action="store_true")
+    p.add_argument("--samples", type=int, default=1024, help="fast: rows for Fisher information and rescaling")
+    p.add_argument("--importance-samples", type=int, default=512, help="importance: rows per iteration (4 iterations)")
+    p.add_argument("--max-seq-len", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--iters", type=int, default=15)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--budget-min", type=float, default=50.0, help="stop starting prune runs after this many minutes")
+    p.add_argument("--workdir", type=Path, default=Path("/tmp/prune-bench"))
+    p.add_argument("--note", default="")
+    p.add_argument("--out", type=Path, default=RESULTS / "prune")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+    from edgenlp.data.tasks import load_task
+    from edgenlp.utils import environment
+
+    t_start = time.perf_counter()
+    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+               "isa": isa_flags(), "environment": environment(), "note": args.note, "published": PUBLISHED,
+               "tasks": {}, "latency": {}, "not_run": []}
+    tasks = {t: load_task(t, data_dir=args.data_dir) for t in set(args.tasks) | set(args.cofi_tasks)}
+    teachers = {t: args.teachers / t for t in tasks}
+    for spec in args.teacher:
+        t, _, d = spec.partition("=")
+        teachers[t] = Path(d)
+    bundles: dict[str, Path] = {}
+
+    def ready(name: str) -> bool:
+        """Export the task's unpruned bundle once its teacher exists (teachers may still be training)."""
+        if name in results["tasks"]:
+            return True
+        if not (teachers[name] / "config.json").is_file():
+            return False
+        b = export(teachers[name], args.workdir / name / "bundle-unpruned", tasks[name])
+        bundles[f"{name}/unpruned"] = Path(b["bundle"])
+        results["tasks"][name] = {"teacher": str(teachers[name]), "baseline": {"pte_mb": b["pte_mb"]}, "runs": {}}
+        return True
+
+    for task, method, sparsity in plan(args):
+        name = run_name(method, sparsity)
+        over = (time.perf_counter() - t_start) / 60 > args.budget_min
+        if over and not (args.workdir / task / name / "prune.json").is_file():
+            results["not_run"].append(f"{task}/{name} (time budget)")
+            continue
+        if not ready(task):
+            results["not_run"].append(f"{task}/{name} (no teacher at {teachers[task]})")
+            continue
+        log.info("run %s/%s", task, name)
+        try:
+            rep = prune_run(teachers[task], tasks[task], method, sparsity, args.workdir / task / name, args,
+                            dev_before=results["tasks"][task]["baseline"].get("dev"))
+            results["tasks"][task]["baseline"].update(accuracy=rep["dev_before"]["accuracy"], dev=rep["dev_before"])
+            ex = export(args.workdir / task / name, args.workdir / task / f"bundle-{name}", tasks[task])
+        except Exception as exc:  # one failed run must not cost the others
+            log.exception("run %s/%s failed", task, name)
+            results["not_run"].append(f"{task}/{name} (failed: {type(exc).__name__}: {exc})")
+            continue
+        bundles[f"{task}/{name}"] = Path(ex["bundle"])
+        results["tasks"][task]["runs"][name] = {"report": {k: v for k, v in rep.items() if k != "environment"}, "export": ex}
+        write(results, args.out)
+    results["latency"] = measure(bundles, iters=args.iters, rounds=args.rounds)
+    results["wall_min"] = round((time.perf_counter() - t_start) / 60, 1)
+    write(results, args.out)
+    log.info("done in %.1f min", results["wall_min"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

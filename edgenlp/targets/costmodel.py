@@ -233,12 +233,27 @@ class Observation:
         return EncoderShape.from_dict(self.shape)
 
     @classmethod
-    def from_profile(cls, doc: dict, *, runtime_key: str, runtime: str, precision: str, model_shape: EncoderShape) -> "Observation":
-        """From a profile document (:func:`edgenlp.profile.api.build_document`); ``runtime_key`` is its runtime column."""
+    def from_profile(cls, doc: dict, *, runtime_key: str, runtime: str, precision: str, model_shape: EncoderShape,
+                     statistic: str = "min") -> "Observation":  # fmt: skip
+        """From a profile document (:func:`edgenlp.profile.api.build_document`); ``runtime_key`` is its runtime column.
+
+        ``statistic="min"`` (default) takes the fastest plain end-to-end run as
+        the total — on a shared machine the least disturbed one — and scales the
+        components (and the unattributed overhead) to add up to it;
+        ``"median"`` keeps the median end-to-end run.
+        """
         comps = {c["name"]: float(c["latency_ms"][runtime_key]) for c in doc["components"]}
         comps["runtime_overhead"] = max(0.0, float(doc["total"]["unattributed_ms"][runtime_key]))
-        return cls(runtime, precision, int(doc["threads"]), int(doc["seq_len"]), model_shape.to_dict(), comps,
-                   float(doc["total"]["latency_ms"][runtime_key]), int(doc["shape"].get("num_labels", 2)))  # fmt: skip
+        if statistic == "min":
+            total = float(doc["total"]["latency_min_ms"][runtime_key])
+            parts = sum(comps.values())
+            comps = {k: v * total / parts for k, v in comps.items()} if parts > 0 else comps
+        elif statistic == "median":
+            total = float(doc["total"]["latency_ms"][runtime_key])
+        else:
+            raise ValueError(f"statistic must be 'min' or 'median', got {statistic!r}")
+        return cls(runtime, precision, int(doc["threads"]), int(doc["seq_len"]), model_shape.to_dict(), comps, total,
+                   int(doc["shape"].get("num_labels", 2)))  # fmt: skip
 
 
 def _nnls(X: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -461,6 +476,10 @@ class CostModel:
             fit, interp = self._fit(self.device_table, precision, threads)
             if fit is not None:
                 return fit, interp, f"measured on {self.target.name}" + (" (threads interpolated)" if interp else "")
+            if precision == "int4":
+                fit, _ = self._fit(self.device_table, "int8", threads)
+                if fit is not None:
+                    return fit, True, f"{self.target.name} int8 table with int4 weight bytes"
             fp, interp = self._fit(self.device_table, "fp32", threads)
             if fp is not None:
                 return self._scale(fp, precision, 1, on_host=True), True, f"{self.target.name} fp32 table, {precision} by rate ratio"
@@ -468,6 +487,10 @@ class CostModel:
             fit, interp = self._fit(self.table, precision, threads)
             if fit is not None:
                 return fit, interp, "host calibration" + (" (threads interpolated)" if interp else "")
+            if precision == "int4":  # int4 runs int8 kernels on unpacked weights: the int8 fit with half the weight bytes
+                fit, _ = self._fit(self.table, "int8", threads)
+                if fit is not None:
+                    return fit, True, "host int8 calibration with int4 weight bytes"
             fp, _ = self._fit(self.table, "fp32", threads)
             if fp is None:
                 raise EdgeNLPError(f"the host cost table has no {self.runtime} rows; run `edgenlp targets calibrate host`")
@@ -478,6 +501,24 @@ class CostModel:
         fp2, _ = self._fit(self.table, "fp32", 2)
         scaled = self._scale(fp, precision, threads, on_host=False, two=fp2)
         return scaled, True, f"host fp32 calibration transferred to {self.target.name} by throughput/bandwidth ratios"
+
+    def _monotone_coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
+        """Coefficients for ``precision``, each capped by the next wider precision's.
+
+        Weight bytes per parameter already shrink with the precision; capping
+        the per-unit costs too makes fewer bits never predict slower. Where a
+        runtime's narrower kernels measure slower than its wider ones (ONNX
+        Runtime int8 on an AVX2-only CPU), the wider speed is reported: the
+        size still shrinks, and compress measures the chosen candidate on the
+        host before accepting it.
+        """
+        coefs, est, basis = self._coefficients(precision, threads)
+        i = PRECISIONS.index(precision)
+        if i == 0:
+            return coefs, est, basis
+        wider, _, _ = self._monotone_coefficients(PRECISIONS[i - 1], threads)
+        capped = {comp: {f: min(c, wider[comp][f]) for f, c in cs.items()} for comp, cs in coefs.items()}
+        return capped, est, basis
 
     def _scale(self, fp: dict, precision: str, threads: int, *, on_host: bool, two: dict | None = None) -> dict:
         rates = self._rates(precision, threads, on_host=on_host)
@@ -509,7 +550,7 @@ class CostModel:
         estimated, bases = False, []
         for (comp, prec), row in feats.items():
             if prec not in coef_cache:
-                coef_cache[prec] = self._coefficients(prec, threads)
+                coef_cache[prec] = self._monotone_coefficients(prec, threads)
                 estimated |= coef_cache[prec][1]
                 bases.append(f"{prec}: {coef_cache[prec][2]}")
             coefs = coef_cache[prec][0][comp]

@@ -255,7 +255,7 @@ def _section(path: Path, where: str, table: dict, schema: dict[str, type], optio
         raise TargetError(f"{path}: field {where!r} must be a table")
     unknown = sorted(set(table) - set(schema))
     if unknown:
-        raise TargetError(f"{path}: unknown field {where}.{unknown[0]!r}; expected {', '.join(schema)}")
+        raise TargetError(f"{path}: unknown field '{where}.{unknown[0]}'; expected {', '.join(schema)}")
     out = {}
     for key, kind in schema.items():
         if key not in table:

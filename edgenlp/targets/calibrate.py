@@ -70,8 +70,11 @@ def quantize_onnx_int8(src: Path, dst: Path) -> Path:
 
 def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens: Sequence[int], threads: Sequence[int],
                   runs: int, warmup: int, workdir: Path, measurer_factory: Callable | None = None, runtime_key: str | None = None,
-                  seed: int = 0) -> list[Observation]:  # fmt: skip
-    """Profile one shape on one runtime/precision; one observation per (seq_len, threads)."""
+                  seed: int = 0, docs: list | None = None) -> list[Observation]:  # fmt: skip
+    """Profile one shape on one runtime/precision; one observation per (seq_len, threads).
+
+    The profile documents are appended to ``docs`` when given.
+    """
     import torch
 
     from edgenlp.models.encoder import EncoderClassifier
@@ -102,6 +105,8 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
         for t in threads:
             m = measurer.measure(target, MeasureSpec(seq_len=seq, threads=t, runs=runs, warmup=warmup))
             doc = build_document(target, analytic, {key: m}, config, t)
+            if docs is not None:
+                docs.append(doc)
             out.append(Observation.from_profile(doc, runtime_key=key, runtime=runtime, precision=precision, model_shape=shape))
     return out
 
@@ -115,7 +120,7 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
 
     shapes = list(shapes) if shapes is not None else grid_shapes()
     obs: list[Observation] = []
-    steps = [(i, s, rt, p) for i, s in enumerate(shapes) for rt, p in runtime_precisions]
+    steps = [(i, s, rt, p) for rt, p in runtime_precisions for i, s in enumerate(shapes)]  # runtime by runtime
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))

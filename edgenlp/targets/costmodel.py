@@ -103,8 +103,21 @@ class Prediction:
 # --------------------------------------------------------------------------- features
 
 
+MIXED = "mixed"
+
+
+def resolve_mixed(bits: Bits, num_layers: int) -> Bits:
+    """``"mixed"`` -> int8 in the first and last layer, int4 in between; anything else unchanged."""
+    if bits != MIXED:
+        return bits
+    if num_layers <= 2:
+        return ("int8",) * num_layers
+    return ("int8",) + ("int4",) * (num_layers - 2) + ("int8",)
+
+
 def layer_bits(shape: EncoderShape, bits: Bits) -> tuple[str, ...]:
-    """Per-layer precision from ``"fp32"|"int8"|"int4"`` or a per-layer tuple."""
+    """Per-layer precision from ``"fp32"|"int8"|"int4"|"mixed"`` or a per-layer tuple."""
+    bits = resolve_mixed(bits, shape.num_layers)
     per = (bits,) * shape.num_layers if isinstance(bits, str) else tuple(bits)
     if len(per) != shape.num_layers:
         raise ValueError(f"bits has {len(per)} entries for {shape.num_layers} layers")
@@ -431,7 +444,7 @@ class CostModel:
                 log.info("using the table measured on %s: %s", target.name, p)
                 break
         if table is None:
-            table = device_table if device_table is not None else load_host_table()
+            table = device_table if device_table is not None else load_host_table(fallback=True)
         host = load_target("host") if target.name != "host" else target
         return cls(target, table, host=host, device_table=device_table, runtime=runtime)
 
@@ -558,13 +571,72 @@ class CostModel:
         size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels)
         mem = peak_memory_bytes(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, runtime=self.runtime,
                                 base_mb=self.target.base_memory_mb, num_labels=num_labels)  # fmt: skip
-        return Prediction(sum(comps.values()), mem / 2**20, size / 2**20, estimated or not self.is_host and self.device_table is None,
-                          comps, "; ".join(bases))  # fmt: skip
+        reference = bool(self.table.notes.get("reference")) and self.device_table is None
+        if reference:
+            bases.append("reference table measured on another host")
+        estimated = estimated or reference or (not self.is_host and self.device_table is None)
+        return Prediction(sum(comps.values()), mem / 2**20, size / 2**20, estimated, comps, "; ".join(bases))
+
+    def predict_bundle(self, bundle, *, seq_len: int, threads: int = 1) -> Prediction:
+        """The prediction for a built bundle: its manifest's shape and the precision its recipe's quantize step records."""
+        from edgenlp.bundle import Bundle
+
+        b = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle, verify=False)
+        try:
+            shape = EncoderShape.from_dict(b.manifest["model"]["shape"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EdgeNLPError(f"{b.path}/manifest.json: model.shape is missing or invalid ({exc})") from None
+        bits, embeddings = bundle_precision(b.recipe, shape.num_layers)
+        return self.predict(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, threads=threads, num_labels=len(b.labels))
 
 
-def load_host_table(path: str | Path | None = None) -> CostTable:
-    """The host calibration for this CPU and runtime versions (see :func:`host_table_path`)."""
+def bundle_precision(recipe, num_layers: int) -> tuple[Bits, str | None]:
+    """(per-layer bits, embedding scheme) from a recipe's ``quantize`` step (fp32 without one).
+
+    Reads the step's config as a dict (``scheme``, ``layer_bits`` of
+    ``(module, 32|8|4)``, ``embeddings``) so it does not depend on the
+    quantization package being importable.
+    """
+    from edgenlp.models.families import LAYER_LINEARS
+
+    cfg = None
+    for step in recipe or ():
+        if getattr(step, "type", None) == "quantize":
+            c = step.config
+            cfg = c.to_dict() if hasattr(c, "to_dict") else dict(c)
+    if not cfg:
+        return "fp32", None
+    name = {32: "fp32", 8: "int8", 4: "int4"}
+    default = {"int8": "int8", "int4": "int4"}.get(cfg.get("scheme"), "int8")
+    explicit = {str(n): int(b) for n, b in cfg.get("layer_bits") or ()}
+    per = []
+    for i in range(num_layers):
+        widths = [name.get(explicit[f"layers.{i}.{p}"], default) if f"layers.{i}.{p}" in explicit else default for p in LAYER_LINEARS]
+        per.append(dominant(widths))
+    return tuple(per), cfg.get("embeddings")
+
+
+def reference_table_path() -> Path:
+    """The calibration shipped with edgenlp (measured on the machine ``targets/host.toml`` describes)."""
+    from edgenlp.targets.target import targets_dir
+
+    return targets_dir() / "host.costs.json"
+
+
+def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -> CostTable:
+    """The host calibration for this CPU and runtime versions (see :func:`host_table_path`).
+
+    With ``fallback=True`` and no calibration of this machine, the shipped
+    reference table is used (its predictions are labelled estimated: another
+    machine measured them).
+    """
     path = Path(path) if path else host_table_path()
-    if not path.is_file():
-        raise EdgeNLPError(f"no host cost calibration at {path}; run `edgenlp targets calibrate host` (a few minutes)")
-    return CostTable.load(path)
+    if path.is_file():
+        return CostTable.load(path)
+    ref = reference_table_path()
+    if fallback and ref.is_file():
+        log.warning("no cost calibration for this host at %s; using the shipped reference table (run `edgenlp targets calibrate host`)", path)
+        table = CostTable.load(ref)
+        table.notes = {**table.notes, "reference": True}
+        return table
+    raise EdgeNLPError(f"no host cost calibration at {path}; run `edgenlp targets calibrate host` (10-20 minutes on 2 cores)")

@@ -34,14 +34,13 @@ import numpy as np
 from edgenlp.config import Config
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderShape
-from edgenlp.targets.costmodel import Prediction, layer_bits
+from edgenlp.targets.costmodel import MIXED, Prediction, layer_bits, resolve_mixed
 from edgenlp.targets.target import PRECISIONS, Budgets, Target
 
 log = logging.getLogger(__name__)
 
 PRUNE_METHODS = ("cofi", "fast", "importance")
 EMBEDDINGS = (None, "int8", "int4")
-MIXED = "mixed"  # shorthand in a SearchSpace: int8 first and last layer, int4 in between
 MINILM_L6 = EncoderShape(family="bert", vocab_size=30522, hidden=384, heads=(12,) * 6, head_dim=32, ffn=(1536,) * 6)
 TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2 train: ~0.45)
 
@@ -56,7 +55,10 @@ class Candidate(Config):
 
     ``prune_method`` None means no pruning (``sparsity`` must be 0);
     ``sparsity`` is the fraction of the encoder's linear parameters removed;
-    ``bits`` is ``"fp32"|"int8"|"int4"`` or one of those per layer;
+    ``bits`` is ``"fp32"|"int8"|"int4"``, ``"mixed"`` (int8 in the first and
+    last layer, int4 in between) or one of the three per encoder layer
+    (:func:`resolve_bits`; :func:`quantize_layer_bits` gives the
+    ``QuantizeConfig.layer_bits`` it means);
     ``embeddings`` None keeps the word embeddings fp32; ``trim_vocab`` drops
     vocabulary rows the task never uses.
     """
@@ -75,8 +77,8 @@ class Candidate(Config):
         if (self.prune_method is None) != (self.sparsity == 0):
             raise ValueError(f"sparsity {self.sparsity} needs a prune_method, and a prune_method needs sparsity > 0")
         if isinstance(self.bits, str):
-            if self.bits not in PRECISIONS:
-                raise ValueError(f"bits must be one of {PRECISIONS} or a per-layer tuple, got {self.bits!r}")
+            if self.bits not in PRECISIONS + (MIXED,):
+                raise ValueError(f"bits must be one of {PRECISIONS + (MIXED,)} or a per-layer tuple, got {self.bits!r}")
         else:
             object.__setattr__(self, "bits", tuple(self.bits))
             if not self.bits or any(b not in PRECISIONS for b in self.bits):
@@ -122,13 +124,12 @@ class SearchSpace(Config):
             raise ValueError(f"trimmed_vocab_size must be positive, got {self.trimmed_vocab_size}")
         object.__setattr__(self, "exclude", tuple(Candidate.from_dict(c) if isinstance(c, dict) else c for c in self.exclude))
 
-    def candidates(self, num_layers: int) -> list[Candidate]:
+    def candidates(self, num_layers: int = 0) -> list[Candidate]:
         prunes = [(None, 0.0)] if 0.0 in self.sparsities or not self.sparsities else []
         prunes += [(m, s) for m in self.methods for s in self.sparsities if s > 0]
         out = []
         for (m, s) in prunes:
-            for b in self.bits:
-                bits = b if b != MIXED else (("int8",) + ("int4",) * max(0, num_layers - 2) + ("int8",))[:num_layers]
+            for bits in self.bits:
                 for e in self.embeddings:
                     for t in self.trim_vocab:
                         c = Candidate(prune_method=m, sparsity=s, bits=bits, embeddings=e, trim_vocab=t)
@@ -150,6 +151,41 @@ def candidate_shape(base: EncoderShape, candidate: Candidate, *, trimmed_vocab_s
     if candidate.trim_vocab:
         vocab = min(vocab, trimmed_vocab_size or max(1, int(round(base.vocab_size * TRIM_PRIOR))))
     return dataclasses.replace(base, heads=heads, ffn=ffn, vocab_size=vocab)
+
+
+def resolve_bits(bits: str | tuple[str, ...], num_layers: int) -> str | tuple[str, ...]:
+    """``"mixed"`` -> int8 in the first and last layer, int4 in between; anything else unchanged."""
+    return resolve_mixed(bits, num_layers)
+
+
+def quantize_layer_bits(candidate: Candidate | dict, num_layers: int) -> tuple[tuple[str, int], ...]:
+    """``QuantizeConfig.layer_bits`` for a candidate: ``(linear module name, 32|8|4)`` for every linear.
+
+    Encoder layer ``i``'s linears (the family table's canonical parts) take that
+    layer's precision; the pooler and classifier take the most common one.
+    """
+    from edgenlp.models.families import LAYER_LINEARS
+    from edgenlp.targets.costmodel import dominant
+
+    c = Candidate.from_dict(candidate) if isinstance(candidate, dict) else candidate
+    per = layer_bits(_blank_shape(num_layers), resolve_bits(c.bits, num_layers))
+    width = {"fp32": 32, "int8": 8, "int4": 4}
+    out = [(f"layers.{i}.{part}", width[b]) for i, b in enumerate(per) for part in LAYER_LINEARS]
+    head = width[dominant(per)]
+    return tuple(out + [("pooler", head), ("classifier", head)])
+
+
+def _blank_shape(num_layers: int) -> EncoderShape:
+    return EncoderShape(family="bert", vocab_size=1, hidden=1, heads=(0,) * num_layers, head_dim=1, ffn=(0,) * num_layers)
+
+
+def default_space(*, prune_methods: tuple[str, ...] = PRUNE_METHODS, schemes: tuple[str, ...] = ("fp32", "int8", "int4", MIXED),
+                  sparsities: tuple[float, ...] | None = None, embeddings: tuple[str | None, ...] = EMBEDDINGS,
+                  trim_vocab: tuple[bool, ...] = (False, True)) -> list[Candidate]:  # fmt: skip
+    """The candidates of a :class:`SearchSpace` with these pruning methods and weight schemes."""
+    kw = {} if sparsities is None else {"sparsities": tuple(sparsities)}
+    return SearchSpace(methods=tuple(prune_methods), bits=tuple(schemes), embeddings=tuple(embeddings), trim_vocab=tuple(trim_vocab),
+                       **kw).candidates()  # fmt: skip
 
 
 # --------------------------------------------------------------------------- accuracy prior
@@ -228,8 +264,7 @@ class AccuracyModel:
         return float(ys[-1] + slope * (sparsity - xs[-1]))
 
     def drop(self, candidate: Candidate, *, num_layers: int = 6) -> float:
-        per = layer_bits(EncoderShape(family="bert", vocab_size=1, hidden=1, heads=(0,) * num_layers, head_dim=1, ffn=(0,) * num_layers),
-                         candidate.bits if isinstance(candidate.bits, str) else candidate.bits)  # fmt: skip
+        per = layer_bits(_blank_shape(num_layers), resolve_bits(candidate.bits, num_layers))
         d = self.prune_drop(candidate.prune_method, candidate.sparsity)
         d += sum(self.table["bits"][b] for b in per) / len(per)
         d += self.table["embeddings"][candidate.embeddings or "none"]
@@ -246,38 +281,50 @@ class AccuracyModel:
 
 @dataclass(frozen=True)
 class Considered:
-    """A candidate with its predicted cost and accuracy, and the budgets it breaks (empty: it fits)."""
+    """A candidate with its predicted cost, accuracy and accuracy drop, and the budgets it breaks (empty: it fits).
+
+    Unpacks as ``(candidate, prediction, predicted_drop, fits)``.
+    """
 
     candidate: Candidate
     prediction: Prediction
     accuracy: float
+    drop: float
     violations: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
         return not self.violations
 
-    def __iter__(self):  # unpacks as (candidate, prediction, predicted_accuracy)
-        return iter((self.candidate, self.prediction, self.accuracy))
+    def __iter__(self):
+        return iter((self.candidate, self.prediction, self.drop, self.fits))
 
     def to_dict(self) -> dict:
         return {"candidate": self.candidate.to_dict(), "label": self.candidate.label, "prediction": self.prediction.to_dict(),
-                "predicted_accuracy": round(self.accuracy, 3), "violations": list(self.violations)}  # fmt: skip
+                "predicted_accuracy": round(self.accuracy, 3), "predicted_drop": round(self.drop, 3),
+                "violations": list(self.violations)}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The chosen candidate and every candidate considered (with predictions), for one target and budgets."""
+    """The chosen candidate (``chosen``; its predictions in ``chosen_point``) and every candidate considered."""
 
-    chosen: Considered
+    chosen: Candidate
+    chosen_point: Considered
     considered: tuple[Considered, ...]
     target: str
     budgets: Budgets
     shape: EncoderShape = field(compare=False)
+    trimmed_vocab_size: int | None = None
+
+    @property
+    def estimated(self) -> bool:
+        """Whether the chosen candidate's cost is a transfer or an assumption rather than a measured table."""
+        return self.chosen_point.prediction.estimated
 
     @property
     def chosen_shape(self) -> EncoderShape:
-        return candidate_shape(self.shape, self.chosen.candidate)
+        return candidate_shape(self.shape, self.chosen, trimmed_vocab_size=self.trimmed_vocab_size)
 
     def pareto(self) -> list[Considered]:
         """Candidates no other beats on both predicted latency and accuracy."""
@@ -291,6 +338,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {"target": self.target, "budgets": self.budgets.to_dict(), "chosen": self.chosen.to_dict(),
+                "chosen_point": self.chosen_point.to_dict(), "estimated": self.estimated,
                 "considered": [c.to_dict() for c in self.considered]}  # fmt: skip
 
 
@@ -307,36 +355,50 @@ def _violations(pred: Prediction, budgets: Budgets, drop: float, max_drop: float
     return tuple(out)
 
 
-def plan(target: Target, budgets: Budgets, *, cost_model, accuracy_model: AccuracyModel, space: SearchSpace | None = None,
-         shape: EncoderShape | None = None, num_labels: int = 2, max_drop: float | None = None) -> Plan:  # fmt: skip
+def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: AccuracyModel | None = None,
+         space: SearchSpace | list[Candidate] | None = None, shape: EncoderShape | None = None, num_labels: int = 2,
+         max_drop: float | None = None, task: str | None = None) -> Plan:  # fmt: skip
     """The candidate with the best predicted accuracy that meets every budget (ties: the fastest).
 
-    ``shape`` is the uncompressed model's shape (default MiniLM-L6);
-    ``max_drop`` (points) also rules out candidates predicted to lose more.
+    ``cost_model`` defaults to :meth:`CostModel.for_target`, ``accuracy_model``
+    to the prior (:class:`AccuracyModel`); ``space`` is a :class:`SearchSpace` or
+    a list of candidates (default: the full space); ``shape`` is the
+    uncompressed model's shape (default MiniLM-L6); ``max_drop`` (points) also
+    rules out candidates predicted to lose more; ``task`` is recorded in the log.
     Raises :class:`BudgetError` when nothing fits.
     """
-    space = space or SearchSpace()
+    from edgenlp.targets.costmodel import CostModel
+
+    cost_model = cost_model if cost_model is not None else CostModel.for_target(target)
+    accuracy_model = accuracy_model if accuracy_model is not None else AccuracyModel()
     shape = shape or MINILM_L6
+    if isinstance(space, SearchSpace) or space is None:
+        space = space or SearchSpace()
+        candidates, trimmed = space.candidates(shape.num_layers), space.trimmed_vocab_size
+    else:
+        candidates, trimmed = list(space), None
     if budgets.threads > target.cores:
         raise EdgeNLPError(f"{target.name} has {target.cores} cores; threads {budgets.threads} is out of range")
     if budgets.seq_len > shape.max_positions:
         raise EdgeNLPError(f"seq_len {budgets.seq_len} exceeds the model's {shape.max_positions} positions")
     considered = []
-    for c in space.candidates(shape.num_layers):
-        s = candidate_shape(shape, c, trimmed_vocab_size=space.trimmed_vocab_size)
-        pred = cost_model.predict(s, bits=c.bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
+    for c in candidates:
+        s = candidate_shape(shape, c, trimmed_vocab_size=trimmed)
+        bits = resolve_bits(c.bits, shape.num_layers)
+        pred = cost_model.predict(s, bits=bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
                                   num_labels=num_labels)  # fmt: skip
         drop = accuracy_model.drop(c, num_layers=shape.num_layers)
-        considered.append(Considered(c, pred, accuracy_model.baseline - drop, _violations(pred, budgets, drop, max_drop)))
+        considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop)))
     if not considered:
         raise BudgetError(f"the search space for {target.name} is empty (every candidate excluded)")
     fitting = [c for c in considered if c.fits]
     if not fitting:
         raise BudgetError(_closest_message(target, budgets, considered, accuracy_model, max_drop))
     chosen = min(fitting, key=lambda c: (-round(c.accuracy, 6), c.prediction.latency_ms, c.prediction.size_mb))
-    log.info("plan for %s: %s (predicted %.2f ms, %.1f MB, %.2f MB, accuracy %.2f)", target.name, chosen.candidate.label,
-             chosen.prediction.latency_ms, chosen.prediction.peak_memory_mb, chosen.prediction.size_mb, chosen.accuracy)  # fmt: skip
-    return Plan(chosen, tuple(considered), target.name, budgets, shape)
+    log.info("plan for %s%s: %s (predicted %.2f ms, %.1f MB, %.2f MB, drop %.2f)", target.name, f" / {task}" if task else "",
+             chosen.candidate.label, chosen.prediction.latency_ms, chosen.prediction.peak_memory_mb, chosen.prediction.size_mb,
+             chosen.drop)  # fmt: skip
+    return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed)
 
 
 def _closest_message(target: Target, budgets: Budgets, considered: list[Considered], acc: AccuracyModel,

@@ -129,3 +129,15 @@ def test_memory_and_size_shrink_with_bits(synthetic_table, host):
     mems = [p.peak_memory_mb for p in preds]
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 4
     assert mems == sorted(mems, reverse=True)
+
+
+def test_bundle_precision_reads_the_quantize_step():
+    from types import SimpleNamespace
+
+    from edgenlp.targets.costmodel import bundle_precision
+
+    assert bundle_precision((), 3) == ("fp32", None)
+    step = SimpleNamespace(type="quantize", config={"scheme": "int8", "embeddings": "int4",
+                                                    "layer_bits": [["layers.1.query", 4], ["layers.1.key", 4], ["layers.1.value", 4],
+                                                                   ["layers.1.attn_out", 4], ["layers.1.ffn_in", 4], ["layers.2.ffn_out", 32]]})  # fmt: skip
+    assert bundle_precision((SimpleNamespace(type="finetune", config={}), step), 3) == (("int8", "int4", "int8"), "int4")

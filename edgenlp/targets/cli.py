@@ -100,6 +100,26 @@ def show_cmd(target: str, as_json: bool) -> None:
     for k, v in t.measured:
         click.echo(f"  measured     {k} = {v:g}")
     click.echo(f"  cost model   {d['cost_model']}")
+    for line in _minilm_predictions(t):
+        click.echo(f"  {line}")
+
+
+def _minilm_predictions(target) -> list[str]:
+    """MiniLM-L6 at the default budgets' length and threads, per precision (empty without any cost table)."""
+    from edgenlp.targets.costmodel import CostModel
+    from edgenlp.targets.planner import MINILM_L6
+
+    try:
+        cm = CostModel.for_target(target)
+    except EdgeNLPError as exc:
+        return [f"predictions  unavailable: {exc}"]
+    b = target.budgets
+    out = []
+    for bits in ("fp32", "int8", "int4"):
+        p = cm.predict(MINILM_L6, bits=bits, embeddings=None if bits == "fp32" else bits, seq_len=b.seq_len, threads=b.threads)
+        out.append(f"minilm-l6    {bits}: {p.latency_ms:.1f} ms at seq {b.seq_len}/{b.threads}t, {p.peak_memory_mb:.0f} MB peak, "
+                   f"{p.size_mb:.1f} MB{' (estimated)' if p.estimated else ''}")  # fmt: skip
+    return out
 
 
 @targets_cmd.command("calibrate")

@@ -110,6 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", type=int, default=20)
     ap.add_argument("--executorch", type=int, default=4, help="also run this many fp32 variants through ExecuTorch")
+    ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime variants (ExecuTorch ones only)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=15)
@@ -145,6 +146,8 @@ def main() -> None:
     for i, shape in enumerate(variants(args.variants, seed=args.seed)):
         plan.append((shape, "onnx", "fp32" if i % 2 == 0 else "int8"))
     plan += [(shape, "executorch", "fp32") for shape, rt, p in plan if p == "fp32"][: args.executorch]
+    if args.no_onnx:
+        plan = [x for x in plan if x[1] != "onnx"]
     ref = grid_shapes()[0]
 
     def measure(shape, rt, prec, workdir):

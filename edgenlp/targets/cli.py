@@ -14,11 +14,13 @@ log = logging.getLogger(__name__)
 
 
 def _table_state(target) -> str:
-    from edgenlp.targets.costmodel import device_table_cache_path, host_table_path
+    from edgenlp.targets.costmodel import device_table_cache_path, host_table_path, reference_table_path
     from edgenlp.targets.target import measured_table_path
 
     if target.name == "host":
-        return "calibrated" if host_table_path().is_file() else "not calibrated"
+        if host_table_path().is_file():
+            return "calibrated"
+        return "reference table" if reference_table_path().is_file() else "not calibrated"
     for p in (measured_table_path(target), device_table_cache_path(target.name)):
         if p.is_file():
             return "measured"

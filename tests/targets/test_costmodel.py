@@ -141,3 +141,19 @@ def test_bundle_precision_reads_the_quantize_step():
                                                     "layer_bits": [["layers.1.query", 4], ["layers.1.key", 4], ["layers.1.value", 4],
                                                                    ["layers.1.attn_out", 4], ["layers.1.ffn_in", 4], ["layers.2.ffn_out", 32]]})  # fmt: skip
     assert bundle_precision((SimpleNamespace(type="finetune", config={}), step), 3) == (("int8", "int4", "int8"), "int4")
+
+
+def test_observation_from_profile_scales_components_to_the_fastest_run():
+    from edgenlp.targets.costmodel import Observation
+
+    shape = tiny_shape((2,), (64,))
+    comps = {"embedding": 0.1, "attn_qkv": 0.3, "attn_core": 0.2, "attn_out": 0.1, "ffn": 0.5, "other": 0.3}
+    doc = {"threads": 1, "seq_len": 32, "shape": {"num_labels": 2},
+           "components": [{"name": k, "latency_ms": {"onnx": v}} for k, v in comps.items()],
+           "total": {"latency_ms": {"onnx": 2.0}, "latency_min_ms": {"onnx": 1.5}, "unattributed_ms": {"onnx": 0.5}}}  # fmt: skip
+    ob = Observation.from_profile(doc, runtime_key="onnx", runtime="onnx", precision="fp32", model_shape=shape)
+    assert ob.total_ms == 1.5 and sum(ob.components.values()) == pytest.approx(1.5)
+    assert ob.components["ffn"] / ob.components["attn_qkv"] == pytest.approx(0.5 / 0.3)
+    med = Observation.from_profile(doc, runtime_key="onnx", runtime="onnx", precision="fp32", model_shape=shape, statistic="median")
+    assert med.total_ms == 2.0 and med.components["runtime_overhead"] == 0.5
+    assert Observation.from_dict(json.loads(json.dumps(ob.to_dict()))) == ob

@@ -40,6 +40,8 @@ GRID: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((3,) * 4, (1536,) * 4),
 )
 RUNTIME_PRECISIONS = (("executorch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"))
+# Re-measured before every step on a shared machine: observations are scaled by (first / current) reference time.
+REFERENCE = ((12, 12), (1536, 1536))
 
 
 def grid_shapes(grid=GRID) -> list[EncoderShape]:
@@ -95,7 +97,9 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
         if runtime != "onnx":
             raise ValueError(f"int8 calibration is implemented for onnx only, not {runtime}")
         fp = measurer.model_for(target, MeasureSpec(seq_len=max(seq_lens)))
-        target.onnx = quantize_onnx_int8(fp, workdir / "model.int8.onnx")
+        q = workdir / "model.int8.onnx"
+        reuse = q.is_file() and q.stat().st_mtime >= fp.stat().st_mtime
+        target.onnx = q if reuse else quantize_onnx_int8(fp, q)
     elif precision != "fp32":
         raise ValueError(f"cannot calibrate precision {precision!r} yet")
     config = ProfileConfig(seq_lens=tuple(seq_lens), runtimes=(runtime,), threads=tuple(threads), runs=runs, warmup=warmup)
@@ -111,12 +115,34 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
     return out
 
 
+def reference_ms(workdir: Path, *, threads: int = 1, runs: int = 15, seq_len: int = 128) -> float:
+    """Fastest run of the :data:`REFERENCE` shape through ONNX Runtime fp32: the machine's current speed."""
+    shape = EncoderShape(heads=REFERENCE[0], ffn=REFERENCE[1], **MINILM)
+    return measure_shape(shape, runtime="onnx", precision="fp32", seq_lens=(seq_len,), threads=(threads,), runs=runs, warmup=2,
+                         workdir=workdir / "reference")[0].total_ms  # fmt: skip
+
+
+def _scaled(ob: Observation, factor: float) -> Observation:
+    import dataclasses
+
+    return dataclasses.replace(ob, components={k: v * factor for k, v in ob.components.items()}, total_ms=ob.total_ms * factor)
+
+
 def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precisions=RUNTIME_PRECISIONS, seq_lens=(32, 128),
               threads=(1, 2), runs: int = 15, warmup: int = 2, workdir: str | Path | None = None, progress: bool = True,
               measurer_factory: Callable | None = None, runtime_key: str | None = None, key: dict | None = None,
-              device: str = "host") -> CostTable:  # fmt: skip
-    """Measure ``shapes`` (default :data:`GRID`) and return the cost table (not saved)."""
+              device: str = "host", normalize: bool = True) -> CostTable:  # fmt: skip
+    """Measure ``shapes`` (default :data:`GRID`) and return the cost table (not saved).
+
+    With ``normalize`` (host only), the :data:`REFERENCE` shape is re-measured
+    before every step and the step's observations are scaled by
+    ``first reference / current reference``: on a machine shared with other
+    jobs, the table then describes one consistent machine speed (recorded as
+    ``notes["reference_ms"]``).
+    """
     from rich.progress import Progress
+
+    normalize = normalize and measurer_factory is None
 
     shapes = list(shapes) if shapes is not None else grid_shapes()
     obs: list[Observation] = []
@@ -126,13 +152,25 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))
         bar = stack.enter_context(Progress(disable=not progress, transient=True))
         task = bar.add_task("calibrating", total=len(steps))
+        ref_first = None
+        factors = []
         for i, shape, rt, prec in steps:
             bar.update(task, description=f"shape {i + 1}/{len(shapes)} {rt} {prec}")
             log.info("calibrating shape %d (heads %s, ffn %s) on %s %s", i, shape.heads, shape.ffn, rt, prec)
-            obs += measure_shape(shape, runtime=rt, precision=prec, seq_lens=seq_lens, threads=threads, runs=runs, warmup=warmup,
-                                 workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key)  # fmt: skip
+            got = measure_shape(shape, runtime=rt, precision=prec, seq_lens=seq_lens, threads=threads, runs=runs, warmup=warmup,
+                                workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key)  # fmt: skip
+            if normalize:
+                ref = reference_ms(Path(workdir), runs=runs)
+                ref_first = ref_first or ref
+                factors.append(ref_first / ref)
+                log.info("reference %.2f ms (first %.2f): scaling by %.3f", ref, ref_first, ref_first / ref)
+                got = [_scaled(o, ref_first / ref) for o in got]
+            obs += got
             bar.advance(task)
     notes = {"measured": sorted({f"{o.runtime}/{o.precision}" for o in obs}),
              "assumed": "int4 everywhere and int8 on executorch: derived from fp32 by throughput ratios until measured",
              "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
+    if normalize and ref_first:
+        notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors],
+                     reference=f"ONNX Runtime fp32, heads {REFERENCE[0]}, ffn {REFERENCE[1]}, seq 128, 1 thread (fastest run)")
     return CostTable(obs, key if key is not None else cpu_key(), device, notes)

@@ -571,7 +571,7 @@ class CostModel:
         size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels)
         mem = peak_memory_bytes(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, runtime=self.runtime,
                                 base_mb=self.target.base_memory_mb, num_labels=num_labels)  # fmt: skip
-        reference = bool(self.table.notes.get("reference")) and self.device_table is None
+        reference = bool(self.table.notes.get("shipped_reference")) and self.device_table is None
         if reference:
             bases.append("reference table measured on another host")
         estimated = estimated or reference or (not self.is_host and self.device_table is None)
@@ -637,6 +637,6 @@ def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -
     if fallback and ref.is_file():
         log.warning("no cost calibration for this host at %s; using the shipped reference table (run `edgenlp targets calibrate host`)", path)
         table = CostTable.load(ref)
-        table.notes = {**table.notes, "reference": True}
+        table.notes = {**table.notes, "shipped_reference": True}
         return table
     raise EdgeNLPError(f"no host cost calibration at {path}; run `edgenlp targets calibrate host` (10-20 minutes on 2 cores)")

@@ -131,9 +131,11 @@ def _minilm_predictions(target) -> list[str]:
               help="With --on: the cluster to pin to.")
 @click.option("--runs", type=click.IntRange(3, 1000), default=15, show_default=True, help="Timed runs per measurement.")
 @click.option("--threads", default="1,2", show_default=True, help="Comma-separated thread counts to measure.")
+@click.option("--shapes", type=click.IntRange(2, 64), default=None, help="Measure only the first N shapes of the grid (quick checks).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here (e.g. targets/NAME.measured.json).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep lowered calibration models here (default: a temp dir).")
-def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: str, out: Path | None, workdir: Path | None) -> None:
+def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: str, shapes: int | None, out: Path | None,
+                  workdir: Path | None) -> None:  # fmt: skip
     """Calibrate the cost model by profiling a grid of encoder shapes through the real runtimes.
 
     Without --on, TARGET must be `host`: the table goes to the user cache
@@ -150,7 +152,7 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
       edgenlp targets calibrate raspberry-pi-5 --on ssh://pi@raspberrypi.local --threads 1,4
       edgenlp targets calibrate my-board.toml --on qemu:cortex-a76 --runs 5
     """
-    from edgenlp.targets.calibrate import calibrate
+    from edgenlp.targets.calibrate import calibrate, grid_shapes
     from edgenlp.targets.costmodel import device_table_cache_path, host_table_path
     from edgenlp.targets.target import load_target, targets_dir
 
@@ -168,10 +170,10 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
 
         if max(thread_list) > (os.cpu_count() or 1):
             raise EdgeNLPError(f"--threads {max(thread_list)} exceeds this host's {os.cpu_count()} cores")
-        table = calibrate(threads=thread_list, runs=runs, workdir=workdir)
+        table = calibrate(shapes=grid_shapes()[:shapes], threads=thread_list, runs=runs, workdir=workdir)
         dest = host_table_path(table.key)
     else:
-        table = _calibrate_on_board(t, on, cores=cores, threads=thread_list, runs=runs, workdir=workdir)
+        table = _calibrate_on_board(t, on, cores=cores, threads=thread_list, runs=runs, workdir=workdir, shapes=shapes)
         src = Path(t.source)
         builtin = src.parent.resolve() == targets_dir().resolve()
         dest = device_table_cache_path(t.name) if builtin else src.with_name(f"{t.name}.measured.json")
@@ -181,18 +183,18 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
     click.echo(f"{len(table.observations)} observations ({', '.join(table.notes.get('measured', []))}) -> {dest}")
 
 
-def _calibrate_on_board(target, uri: str, *, cores: str, threads, runs: int, workdir):
+def _calibrate_on_board(target, uri: str, *, cores: str, threads, runs: int, workdir, shapes: int | None):
     try:
         from edgenlp.boards.base import open_board
         from edgenlp.boards.measure import board_runtime
     except ImportError:
         raise EdgeNLPError("--on needs board support (edgenlp.boards), which this edgenlp does not include yet") from None
     from edgenlp.profile.api import MEASURERS
-    from edgenlp.targets.calibrate import calibrate
+    from edgenlp.targets.calibrate import calibrate, grid_shapes
 
     if max(threads) > target.cores:
         raise EdgeNLPError(f"--threads {max(threads)} exceeds {target.name}'s {target.cores} cores")
     with open_board(uri) as board, board_runtime(board, cores=cores) as rt:
         key = {"device": uri, "cores": cores, "target": target.name}
-        return calibrate(runtime_precisions=(("executorch", "fp32"),), threads=threads, runs=runs, workdir=workdir,
+        return calibrate(shapes=grid_shapes()[:shapes], runtime_precisions=(("executorch", "fp32"),), threads=threads, runs=runs, workdir=workdir,
                          measurer_factory=MEASURERS[rt], runtime_key=rt, key=key, device=target.name)  # fmt: skip

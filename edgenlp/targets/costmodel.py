@@ -516,18 +516,18 @@ class CostModel:
         return scaled, True, f"host fp32 calibration transferred to {self.target.name} by throughput/bandwidth ratios"
 
     def _monotone_coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
-        """Coefficients for ``precision``, each capped by the next wider precision's.
+        """Coefficients for ``precision``; derived ones are capped by the next wider precision's.
 
         Weight bytes per parameter already shrink with the precision; capping
-        the per-unit costs too makes fewer bits never predict slower. Where a
-        runtime's narrower kernels measure slower than its wider ones (ONNX
-        Runtime int8 on an AVX2-only CPU), the wider speed is reported: the
-        size still shrinks, and compress measures the chosen candidate on the
-        host before accepting it.
+        the per-unit costs of a precision that was not measured (derived by
+        rate ratios) makes fewer bits never predict slower. A precision
+        measured on this machine keeps its measured costs, even where the
+        narrower kernels are slower (ONNX Runtime int8 on an AVX2-only CPU):
+        the planner should know.
         """
         coefs, est, basis = self._coefficients(precision, threads)
         i = PRECISIONS.index(precision)
-        if i == 0:
+        if i == 0 or basis.startswith(("host calibration", "measured on")):
             return coefs, est, basis
         wider, _, _ = self._monotone_coefficients(PRECISIONS[i - 1], threads)
         capped = {comp: {f: min(c, wider[comp][f]) for f, c in cs.items()} for comp, cs in coefs.items()}

@@ -117,6 +117,35 @@ def write(result: dict, out: Path) -> None:
     atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
 
 
+def summarize(result: dict) -> None:
+    groups: dict = {}
+    for r in result["variants"]:
+        groups.setdefault(f"{r['runtime']}/{r['precision']}", []).append(r)
+    groups["all"] = result["variants"]
+    result["summary"] = {k: stats(v, "measured_min_ms") for k, v in groups.items()}
+    result["summary_median"] = {k: stats(v, "measured_median_ms") for k, v in groups.items()}
+    if all(r.get("measured_normalized_ms") for r in result["variants"]):
+        result["summary_normalized"] = {k: stats(v, "measured_normalized_ms") for k, v in groups.items()}
+
+
+def repredict(args, table, models) -> None:
+    from edgenlp.models.encoder import EncoderShape
+    from edgenlp.targets.calibrate import MINILM
+
+    result = json.loads(args.out.with_suffix(".json").read_text())
+    for extra in args.also:
+        result["variants"] += json.loads(extra.read_text())["variants"]
+    for r in result["variants"] + result["reference"]:
+        shape = EncoderShape(heads=tuple(r["heads"]), ffn=tuple(r["ffn"]), **MINILM)
+        pred = models[r["runtime"]].predict(shape, bits=r["precision"], seq_len=result["seq_len"], threads=result["threads"])
+        r["predicted_ms"], r["estimated"] = pred.latency_ms, pred.estimated
+        r["predicted_components_ms"] = {k: round(v, 3) for k, v in pred.components_ms.items()}
+    result.update(table_observations=len(table.observations), table_measured=table.notes.get("measured", []))
+    summarize(result)
+    write(result, args.out)
+    log.info("summary (load-normalized): %s", json.dumps(result.get("summary_normalized")))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", type=int, default=20)
@@ -129,6 +158,9 @@ def main() -> None:
     ap.add_argument("--table", type=Path, help="cost table (default: the host calibration in the user cache)")
     ap.add_argument("--out", type=Path, default=RESULTS / "cost_model")
     ap.add_argument("--workdir", type=Path)
+    ap.add_argument("--also", type=Path, action="append", default=[], help="with --repredict: append the variants of these results")
+    ap.add_argument("--repredict", action="store_true",
+                    help="recompute predictions of an existing result (--out) with the current table and model; measure nothing")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     for name in ("torch", "torchao", "executorch", "onnxscript", "onnx_ir", "transformers", "root"):
@@ -137,7 +169,9 @@ def main() -> None:
     log.setLevel(logging.INFO)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+    from edgenlp.errors import EdgeNLPError
     from edgenlp.profile.measure import median
+    from edgenlp.targets.costmodel import Prediction
     from edgenlp.targets.calibrate import grid_shapes, measure_shape, reference_ms
     from edgenlp.targets.costmodel import CostModel, host_table_path, load_host_table
     from edgenlp.targets.target import load_target
@@ -146,6 +180,9 @@ def main() -> None:
     table = load_host_table(args.table)
     host = load_target("host")
     models = {rt: CostModel(host, table, host=host, runtime=rt) for rt in ("onnx", "executorch")}
+    if args.repredict:
+        repredict(args, table, models)
+        return
     start = time.time()
     result = {
         "schema": "edgenlp.bench.cost_model/1", "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs,
@@ -168,7 +205,11 @@ def main() -> None:
         docs: list = []
         ob = measure_shape(shape, runtime=rt, precision=prec, seq_lens=(args.seq_len,), threads=(args.threads,), runs=args.runs,
                            warmup=2, workdir=workdir, docs=docs)[0]  # fmt: skip
-        pred = models[rt].predict(shape, bits=prec, seq_len=args.seq_len, threads=args.threads)
+        try:
+            pred = models[rt].predict(shape, bits=prec, seq_len=args.seq_len, threads=args.threads)
+        except EdgeNLPError as exc:  # no rows for this runtime yet: measure now, --repredict later
+            log.warning("no prediction yet: %s", exc)
+            pred = Prediction(float("nan"), float("nan"), float("nan"), True)
         doc = docs[0]
         return {"runtime": rt, "precision": prec, "heads": list(shape.heads), "ffn": list(shape.ffn), "predicted_ms": pred.latency_ms,
                 "estimated": pred.estimated, "measured_min_ms": ob.total_ms, "measured_median_ms": doc["total"]["latency_ms"][rt],

@@ -450,16 +450,24 @@ class CostModel:
 
     # ---- coefficients
 
+    def _table_runtime(self, table: CostTable) -> tuple[str, bool]:
+        """The runtime whose rows stand for ``self.runtime`` in ``table`` (another one, estimated, when it has none)."""
+        have = {r for r, _, _ in table.fits}
+        if self.runtime in have or not have:
+            return self.runtime, False
+        return sorted(have)[0], True
+
     def _fit(self, table: CostTable, precision: str, threads: int) -> tuple[dict | None, bool]:
-        """Coefficients for (runtime, precision, threads) from ``table``; the bool says whether interpolated in threads."""
+        """Coefficients for (runtime, precision, threads) from ``table``; the bool says whether interpolated or borrowed."""
         fits = table.fits
-        exact = fits.get((self.runtime, precision, threads))
+        runtime, borrowed = self._table_runtime(table)
+        exact = fits.get((runtime, precision, threads))
         if exact is not None:
-            return exact, False
-        ones = fits.get((self.runtime, precision, 1))
+            return exact, borrowed
+        ones = fits.get((runtime, precision, 1))
         if ones is None:
             return None, False
-        twos = fits.get((self.runtime, precision, 2))
+        twos = fits.get((runtime, precision, 2))
         out = {}
         for comp, coefs in ones.items():
             out[comp] = {f: _amdahl(c, twos[comp][f] if twos else None, FEATURE_KIND[f], threads) for f, c in coefs.items()}
@@ -571,6 +579,9 @@ class CostModel:
         size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels)
         mem = peak_memory_bytes(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, runtime=self.runtime,
                                 base_mb=self.target.base_memory_mb, num_labels=num_labels)  # fmt: skip
+        runtime, borrowed = self._table_runtime(self.device_table or self.table)
+        if borrowed:
+            bases.append(f"no {self.runtime} rows in the table: {runtime} rows stand in")
         reference = bool(self.table.notes.get("shipped_reference")) and self.device_table is None
         if reference:
             bases.append("reference table measured on another host")

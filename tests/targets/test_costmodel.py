@@ -157,3 +157,11 @@ def test_observation_from_profile_scales_components_to_the_fastest_run():
     med = Observation.from_profile(doc, runtime_key="onnx", runtime="onnx", precision="fp32", model_shape=shape, statistic="median")
     assert med.total_ms == 2.0 and med.components["runtime_overhead"] == 0.5
     assert Observation.from_dict(json.loads(json.dumps(ob.to_dict()))) == ob
+
+
+def test_a_runtime_without_rows_borrows_another_and_says_so(host):
+    only_onnx = CostTable(synthetic_observations(runtime="onnx"), {})
+    p = CostModel(host, only_onnx, host=host, runtime="executorch").predict(tiny_shape((4,), (64,)), seq_len=32)
+    assert p.estimated and "onnx rows stand in" in p.basis
+    same = CostModel(host, only_onnx, host=host, runtime="onnx").predict(tiny_shape((4,), (64,)), seq_len=32)
+    assert not same.estimated and same.latency_ms == pytest.approx(p.latency_ms)

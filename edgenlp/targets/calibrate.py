@@ -122,6 +122,27 @@ def reference_ms(workdir: Path, *, threads: int = 1, runs: int = 15, seq_len: in
                          workdir=workdir / "reference")[0].total_ms  # fmt: skip
 
 
+def gemm_gflops(n: int = 512, reps: int = 5) -> float:
+    """One-thread fp32 GEMM rate right now (torch.mm, best of ``reps``): the speed the table is measured at."""
+    import time
+
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(old)
+    return 2 * n**3 / best / 1e9
+
+
 def _scaled(ob: Observation, factor: float) -> Observation:
     import dataclasses
 
@@ -152,7 +173,7 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))
         bar = stack.enter_context(Progress(disable=not progress, transient=True))
         task = bar.add_task("calibrating", total=len(steps))
-        ref_first = None
+        ref_first, gemm = None, None
         factors = []
         for i, shape, rt, prec in steps:
             bar.update(task, description=f"shape {i + 1}/{len(shapes)} {rt} {prec}")
@@ -161,7 +182,8 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
                                 workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key)  # fmt: skip
             if normalize:
                 ref = reference_ms(Path(workdir), runs=runs)
-                ref_first = ref_first or ref
+                if ref_first is None:
+                    ref_first, gemm = ref, gemm_gflops()
                 factors.append(ref_first / ref)
                 log.info("reference %.2f ms (first %.2f): scaling by %.3f", ref, ref_first, ref_first / ref)
                 got = [_scaled(o, ref_first / ref) for o in got]
@@ -171,6 +193,6 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
              "assumed": "int4 everywhere and int8 on executorch: derived from fp32 by throughput ratios until measured",
              "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
     if normalize and ref_first:
-        notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors],
+        notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors], fp32_gemm_gflops=round(gemm, 2),
                      reference=f"ONNX Runtime fp32, heads {REFERENCE[0]}, ffn {REFERENCE[1]}, seq 128, 1 thread (fastest run)")
     return CostTable(obs, key if key is not None else cpu_key(), device, notes)

@@ -483,12 +483,16 @@ class CostModel:
             r = t.throughput(precision=prec, threads=n)
             return r * (PEAK_EFFICIENCY if t.throughput_kind == "peak" else 1.0)
 
-        hf = sustained(host, "fp32", 1)
+        # the table's own speed: the one-thread GEMM rate measured with its reference (a shared machine runs slower
+        # than its file says); the host file's sustained rate otherwise
+        hf = float(self.table.notes.get("fp32_gemm_gflops") or sustained(host, "fp32", 1))
+        if on_host:
+            return {"compute": sustained(host, "fp32", 1) / sustained(host, precision, 1), "vector": 1.0, "call": 1.0, "memory": 1.0}
         return {
             "compute": hf / sustained(dev, precision, 1),
             "vector": hf / sustained(dev, "fp32", 1),
             "call": hf / sustained(dev, "fp32", 1),
-            "memory": host.bandwidth_gbps / dev.bandwidth_gbps,
+            "memory": host.bandwidth_gbps * (hf / sustained(host, "fp32", 1)) / dev.bandwidth_gbps,
         }
 
     def _coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:

@@ -133,8 +133,13 @@ def repredict(args, table, models) -> None:
     from edgenlp.targets.calibrate import MINILM
 
     result = json.loads(args.out.with_suffix(".json").read_text())
+    seen = {(r["runtime"], r["precision"], tuple(r["heads"]), tuple(r["ffn"])) for r in result["variants"]}
     for extra in args.also:
-        result["variants"] += json.loads(extra.read_text())["variants"]
+        for r in json.loads(extra.read_text())["variants"]:
+            k = (r["runtime"], r["precision"], tuple(r["heads"]), tuple(r["ffn"]))
+            if k not in seen:
+                seen.add(k)
+                result["variants"].append(r)
     for r in result["variants"] + result["reference"]:
         shape = EncoderShape(heads=tuple(r["heads"]), ffn=tuple(r["ffn"]), **MINILM)
         pred = models[r["runtime"]].predict(shape, bits=r["precision"], seq_len=result["seq_len"], threads=result["threads"])
@@ -150,6 +155,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", type=int, default=20)
     ap.add_argument("--executorch", type=int, default=4, help="also run this many fp32 variants through ExecuTorch")
+    ap.add_argument("--slice", default=":", help="measure only these variants of the plan (Python slice, e.g. 10:20)")
     ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime variants (ExecuTorch ones only)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -196,6 +202,8 @@ def main() -> None:
     plan += [(shape, "executorch", "fp32") for shape, rt, p in plan if p == "fp32"][: args.executorch]
     if args.no_onnx:
         plan = [x for x in plan if x[1] != "onnx"]
+    a, _, b = args.slice.partition(":")
+    plan = plan[int(a) if a else None : int(b) if b else None]
     ref = grid_shapes()[0]
 
     ref_cal = table.notes.get("reference_ms")

@@ -165,3 +165,16 @@ def test_a_runtime_without_rows_borrows_another_and_says_so(host):
     assert p.estimated and "onnx rows stand in" in p.basis
     same = CostModel(host, only_onnx, host=host, runtime="onnx").predict(tiny_shape((4,), (64,)), seq_len=32)
     assert not same.estimated and same.latency_ms == pytest.approx(p.latency_ms)
+
+
+def test_shipped_reference_table_prices_every_target(tmp_path, monkeypatch):
+    """Without a calibration of this machine, the shipped reference table prices every target, labelled estimated."""
+    from edgenlp.targets import cost_model_for
+    from edgenlp.targets.planner import MINILM_L6
+    from edgenlp.targets.target import list_targets
+
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path))
+    for entry in list_targets():
+        t = load_target(entry.name)
+        p = [cost_model_for(t).predict(MINILM_L6, bits=b, seq_len=128, threads=t.budgets.threads) for b in ("fp32", "int4")]
+        assert all(x.estimated and x.latency_ms > 0 for x in p) and p[1].size_mb < p[0].size_mb, entry.name

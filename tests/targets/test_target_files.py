@@ -127,3 +127,14 @@ def test_budgets_validate_and_override():
     for bad in ({"latency_ms": 0}, {"threads": 0}, {"seq_len": 1.5}, {"memory_mb": float("nan")}):
         with pytest.raises(ValueError):
             Budgets(**bad)
+
+
+def test_calibrate_on_a_board_without_board_support(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "edgenlp.boards", None)  # as if board support were not installed
+    monkeypatch.setitem(sys.modules, "edgenlp.boards.base", None)
+    r = invoke("targets", "calibrate", "raspberry-pi-5", "--on", "qemu:cortex-a76")
+    assert r.exit_code == 2 and r.output.startswith("error: --on needs board support")
+    r = invoke("targets", "calibrate", "host", "--threads", "1,x")
+    assert r.exit_code == 2 and "--threads" in r.output

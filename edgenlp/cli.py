@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "finetune": ("edgenlp.finetune.cli", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
     "prune": ("edgenlp.prune.cli", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
     "tokenize": ("edgenlp.run.tokenize_cli", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
+    "targets": ("edgenlp.targets.cli", "targets_cmd", "Device targets: list, show, calibrate the cost model."),
     "demo": ("edgenlp.pipeline", "demo_cmd", "Fine-tune, export, evaluate (default MiniLM + SST-2), no compression."),
     "compress": ("edgenlp.compress.cli", "compress_cmd", "The main job: fine-tune, prune, quantize, export, verify under a device budget."),
 }

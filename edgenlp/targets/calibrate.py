@@ -1,0 +1,198 @@
+"""Calibrate the cost model: profile a grid of encoder shapes through the real runtimes.
+
+Every shape is a MiniLM-sized encoder (hidden 384, head_dim 32) with seeded
+random weights — latency does not depend on the values — with uneven heads
+and FFN widths per layer, and 2 to 6 layers, so the fit sees each feature of
+:data:`edgenlp.targets.costmodel.COMPONENT_FEATURES` vary on its own. Each is
+lowered the way a bundle is (ExecuTorch ``.pte`` with one method per length;
+ONNX with a dynamic sequence axis) and profiled with the profiler's measurers
+(:mod:`edgenlp.profile`); one profile document per (shape, runtime,
+precision, seq_len, threads) becomes one :class:`Observation`.
+
+Precisions measured: fp32 through ExecuTorch and ONNX Runtime; int8 through
+ONNX Runtime's dynamic per-channel flow (``onnxruntime.quantization.quantize_dynamic``
+on the linears). ExecuTorch int8/int4 rows drop into the same table once the
+quantization step produces those bundles; until then the cost model derives
+them from fp32 (and says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from edgenlp.models.encoder import EncoderShape
+from edgenlp.targets.costmodel import CostTable, Observation, cpu_key
+
+log = logging.getLogger(__name__)
+
+MINILM = dict(family="bert", vocab_size=30522, hidden=384, head_dim=32, max_positions=512)
+# (heads per layer, FFN width per layer): full, uniform cuts, uneven pruned-looking shapes, shallow stacks
+GRID: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
+    ((12,) * 6, (1536,) * 6),
+    ((6,) * 6, (768,) * 6),
+    ((12, 10, 8, 6, 4, 2), (1536, 1200, 900, 600, 300, 100)),
+    ((2, 4, 12, 12, 4, 0), (256, 1536, 512, 1024, 0, 1536)),
+    ((12,) * 3, (384,) * 3),
+    ((3,) * 4, (1536,) * 4),
+)
+RUNTIME_PRECISIONS = (("executorch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"))
+# Re-measured before every step on a shared machine: observations are scaled by (first / current) reference time.
+REFERENCE = ((12, 12), (1536, 1536))
+
+
+def grid_shapes(grid=GRID) -> list[EncoderShape]:
+    return [EncoderShape(heads=h, ffn=f, **MINILM) for h, f in grid]
+
+
+def quantize_onnx_int8(src: Path, dst: Path) -> Path:
+    """ONNX Runtime dynamic int8, per-channel weights, linears only (the peer flow of the benchmarks).
+
+    The dynamo exporter's value_info trips ONNX shape inference inside
+    ``quantize_dynamic`` ("Inferred shape and existing shape differ"); it is
+    dropped first (ORT re-infers shapes at load).
+    """
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    model = onnx.load(str(src))
+    del model.graph.value_info[:]
+    stripped = dst.with_name(dst.stem + ".stripped.onnx")
+    onnx.save(model, str(stripped))
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    quantize_dynamic(str(stripped), str(tmp), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"],
+                     extra_options={"MatMulConstBOnly": True})  # fmt: skip
+    stripped.unlink()
+    tmp.replace(dst)
+    return dst
+
+
+def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens: Sequence[int], threads: Sequence[int],
+                  runs: int, warmup: int, workdir: Path, measurer_factory: Callable | None = None, runtime_key: str | None = None,
+                  seed: int = 0, docs: list | None = None) -> list[Observation]:  # fmt: skip
+    """Profile one shape on one runtime/precision; one observation per (seq_len, threads).
+
+    The profile documents are appended to ``docs`` when given.
+    """
+    import torch
+
+    from edgenlp.models.encoder import EncoderClassifier
+    from edgenlp.profile.analytic import analyze
+    from edgenlp.profile.api import MEASURERS, ProfileConfig, build_document
+    from edgenlp.profile.components import LinearPlan
+    from edgenlp.profile.measure import MeasureSpec, ProfileTarget
+
+    torch.manual_seed(seed)
+    model = EncoderClassifier(shape, 2).init_weights(seed=seed).eval()
+    key = runtime_key or runtime
+    factory = measurer_factory or MEASURERS[runtime]
+    measurer = factory()
+    workdir.mkdir(parents=True, exist_ok=True)
+    target = ProfileTarget(name="calibration", plan=LinearPlan.from_model(model), vocab_size=shape.vocab_size, model=model,
+                           analysis_model=model, workdir=workdir, seq_lens=tuple(seq_lens))  # fmt: skip
+    if precision == "int8":
+        if runtime != "onnx":
+            raise ValueError(f"int8 calibration is implemented for onnx only, not {runtime}")
+        fp = measurer.model_for(target, MeasureSpec(seq_len=max(seq_lens)))
+        q = workdir / "model.int8.onnx"
+        reuse = q.is_file() and q.stat().st_mtime >= fp.stat().st_mtime
+        target.onnx = q if reuse else quantize_onnx_int8(fp, q)
+    elif precision != "fp32":
+        raise ValueError(f"cannot calibrate precision {precision!r} yet")
+    config = ProfileConfig(seq_lens=tuple(seq_lens), runtimes=(runtime,), threads=tuple(threads), runs=runs, warmup=warmup)
+    out = []
+    for seq in seq_lens:
+        analytic = analyze(model, seq_len=seq)
+        for t in threads:
+            m = measurer.measure(target, MeasureSpec(seq_len=seq, threads=t, runs=runs, warmup=warmup))
+            doc = build_document(target, analytic, {key: m}, config, t)
+            if docs is not None:
+                docs.append(doc)
+            out.append(Observation.from_profile(doc, runtime_key=key, runtime=runtime, precision=precision, model_shape=shape))
+    return out
+
+
+def reference_ms(workdir: Path, *, threads: int = 1, runs: int = 15, seq_len: int = 128) -> float:
+    """Fastest run of the :data:`REFERENCE` shape through ONNX Runtime fp32: the machine's current speed."""
+    shape = EncoderShape(heads=REFERENCE[0], ffn=REFERENCE[1], **MINILM)
+    return measure_shape(shape, runtime="onnx", precision="fp32", seq_lens=(seq_len,), threads=(threads,), runs=runs, warmup=2,
+                         workdir=workdir / "reference")[0].total_ms  # fmt: skip
+
+
+def gemm_gflops(n: int = 512, reps: int = 5) -> float:
+    """One-thread fp32 GEMM rate right now (torch.mm, best of ``reps``): the speed the table is measured at."""
+    import time
+
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        best = float("inf")
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            torch.mm(a, b)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(old)
+    return 2 * n**3 / best / 1e9
+
+
+def _scaled(ob: Observation, factor: float) -> Observation:
+    import dataclasses
+
+    return dataclasses.replace(ob, components={k: v * factor for k, v in ob.components.items()}, total_ms=ob.total_ms * factor)
+
+
+def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precisions=RUNTIME_PRECISIONS, seq_lens=(32, 128),
+              threads=(1, 2), runs: int = 15, warmup: int = 2, workdir: str | Path | None = None, progress: bool = True,
+              measurer_factory: Callable | None = None, runtime_key: str | None = None, key: dict | None = None,
+              device: str = "host", normalize: bool = True) -> CostTable:  # fmt: skip
+    """Measure ``shapes`` (default :data:`GRID`) and return the cost table (not saved).
+
+    With ``normalize`` (host only), the :data:`REFERENCE` shape is re-measured
+    before every step and the step's observations are scaled by
+    ``first reference / current reference``: on a machine shared with other
+    jobs, the table then describes one consistent machine speed (recorded as
+    ``notes["reference_ms"]``).
+    """
+    from rich.progress import Progress
+
+    normalize = normalize and measurer_factory is None
+
+    shapes = list(shapes) if shapes is not None else grid_shapes()
+    obs: list[Observation] = []
+    steps = [(i, s, rt, p) for rt, p in runtime_precisions for i, s in enumerate(shapes)]  # runtime by runtime
+    with contextlib.ExitStack() as stack:
+        if workdir is None:
+            workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))
+        bar = stack.enter_context(Progress(disable=not progress, transient=True))
+        task = bar.add_task("calibrating", total=len(steps))
+        ref_first, gemm = None, None
+        factors = []
+        for i, shape, rt, prec in steps:
+            bar.update(task, description=f"shape {i + 1}/{len(shapes)} {rt} {prec}")
+            log.info("calibrating shape %d (heads %s, ffn %s) on %s %s", i, shape.heads, shape.ffn, rt, prec)
+            got = measure_shape(shape, runtime=rt, precision=prec, seq_lens=seq_lens, threads=threads, runs=runs, warmup=warmup,
+                                workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key)  # fmt: skip
+            if normalize:
+                ref = reference_ms(Path(workdir), runs=runs)
+                if ref_first is None:
+                    ref_first, gemm = ref, gemm_gflops()
+                factors.append(ref_first / ref)
+                log.info("reference %.2f ms (first %.2f): scaling by %.3f", ref, ref_first, ref_first / ref)
+                got = [_scaled(o, ref_first / ref) for o in got]
+            obs += got
+            bar.advance(task)
+    notes = {"measured": sorted({f"{o.runtime}/{o.precision}" for o in obs}),
+             "assumed": "int4 everywhere and int8 on executorch: derived from fp32 by throughput ratios until measured",
+             "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
+    if normalize and ref_first:
+        notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors], fp32_gemm_gflops=round(gemm, 2),
+                     reference=f"ONNX Runtime fp32, heads {REFERENCE[0]}, ffn {REFERENCE[1]}, seq 128, 1 thread (fastest run)")
+    return CostTable(obs, key if key is not None else cpu_key(), device, notes)

@@ -1,0 +1,180 @@
+"""Cost model on synthetic tables: the fit recovers known coefficients, predictions are monotone, transfer is labelled."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from costmodel_testing import GRID, synthetic_observations, tiny_shape
+
+from edgenlp.models.encoder import EncoderClassifier
+from edgenlp.targets.costmodel import CostModel, CostTable, features, size_bytes
+from edgenlp.targets.target import load_target
+
+
+@pytest.fixture
+def host():
+    return load_target("host")
+
+
+def test_fit_recovers_unseen_shapes(synthetic_table, host):
+    """Exact synthetic data: a shape outside the grid is predicted within 1% (the form interpolates)."""
+    cm = CostModel(host, synthetic_table, host=host)
+    unseen = tiny_shape((3, 2, 1), (200, 96, 160))
+    truth = CostTable(synthetic_observations(threads=(1,), seq_lens=(40,)), {})  # noqa: F841 - same generator, other shapes
+    import costmodel_testing as conftest
+
+    for t in (1, 2):
+        pred = cm.predict(unseen, bits="fp32", seq_len=40, threads=t)
+        exact = 0.0
+        for (comp, p), row in features(unseen, seq_len=40, bits="fp32").items():
+            exact += sum(conftest.TRUTH[p][f] * v * ((1 - conftest.PARALLEL[f]) + conftest.PARALLEL[f] / t) for f, v in row.items())
+        assert pred.latency_ms == pytest.approx(exact, rel=0.01)
+        assert pred.estimated is False  # host, measured precision and thread count
+
+
+def _shrinks(shape):
+    """Shapes with one fewer head or a narrower FFN in one layer, or one layer fewer."""
+    for i in range(shape.num_layers):
+        if shape.heads[i]:
+            yield dataclasses.replace(shape, heads=shape.heads[:i] + (shape.heads[i] - 1,) + shape.heads[i + 1 :])
+        if shape.ffn[i]:
+            yield dataclasses.replace(shape, ffn=shape.ffn[:i] + (shape.ffn[i] // 2,) + shape.ffn[i + 1 :])
+    if shape.num_layers > 1:
+        yield dataclasses.replace(shape, heads=shape.heads[:-1], ffn=shape.ffn[:-1])
+
+
+@pytest.mark.parametrize("target_name", ["host", "pixel-7", "raspberry-pi-4"])
+@pytest.mark.parametrize("runtime", ["executorch", "onnx"])
+def test_monotone_in_heads_ffn_layers_and_bits(synthetic_table, host, target_name, runtime):
+    target = load_target(target_name)
+    cm = CostModel(target, synthetic_table, host=host, runtime=runtime)
+    noisy = CostModel(target, CostTable(synthetic_observations(runtime=runtime, precisions=("fp32", "int8") if runtime == "onnx" else ("fp32",),
+                                                              noise=0.1, seed=3), {}), host=host, runtime=runtime)  # fmt: skip
+    for model in (cm, noisy):
+        for heads, ffn in GRID + [((4, 3, 2), (200, 100, 50))]:
+            shape = tiny_shape(heads, ffn)
+            for threads in (1, 2):
+                for seq in (16, 48):
+                    by_bits = [model.predict(shape, bits=b, seq_len=seq, threads=threads).latency_ms for b in ("fp32", "int8", "int4")]
+                    assert by_bits[0] >= by_bits[1] >= by_bits[2], (shape, by_bits)
+                    base = model.predict(shape, bits="int8", seq_len=seq, threads=threads).latency_ms
+                    for smaller in _shrinks(shape):
+                        assert model.predict(smaller, bits="int8", seq_len=seq, threads=threads).latency_ms <= base + 1e-12, smaller
+                    mixed = ("int8",) + ("int4",) * (shape.num_layers - 1)
+                    assert model.predict(shape, bits=mixed, seq_len=seq, threads=threads).latency_ms <= base + 1e-12
+
+
+def test_transfer_is_estimated_and_scales_with_throughput(synthetic_table, host):
+    pi4 = CostModel(load_target("raspberry-pi-4"), synthetic_table, host=host)
+    px7 = CostModel(load_target("pixel-7"), synthetic_table, host=host)
+    shape = tiny_shape((4, 4), (256, 256))
+    a = pi4.predict(shape, bits="fp32", seq_len=64, threads=1)
+    b = px7.predict(shape, bits="fp32", seq_len=64, threads=1)
+    assert a.estimated and b.estimated and "transferred" in a.basis
+    assert a.latency_ms > b.latency_ms  # an A72 is slower than an X1
+    # measured host int8 rows are used as measured; host int4 is derived (estimated)
+    h = CostModel(host, synthetic_table, host=host, runtime="onnx")
+    assert not h.predict(shape, bits="int8", seq_len=64, threads=1).estimated
+    assert h.predict(shape, bits="int4", seq_len=64, threads=1).estimated
+
+
+def test_measured_device_table_replaces_transfer(synthetic_table, host, tmp_path):
+    target = load_target("pixel-7")
+    dev = CostTable(synthetic_observations(threads=(1, 2)), {"device": "adb"}, device="pixel-7")
+    cm = CostModel(target, synthetic_table, host=host, device_table=dev)
+    p = cm.predict(tiny_shape((4, 4), (256, 256)), bits="fp32", seq_len=64, threads=2)
+    assert not p.estimated and "measured on pixel-7" in p.basis
+    # a thread count beyond the measured ones is interpolated, hence estimated
+    assert cm.predict(tiny_shape((4, 4), (256, 256)), bits="fp32", seq_len=64, threads=4).estimated
+    # tables round-trip through JSON
+    path = dev.save(tmp_path / "pixel-7.measured.json")
+    again = CostTable.load(path)
+    assert json.loads(path.read_text())["schema"] == "edgenlp.costtable/1"
+    assert again.fits.keys() == dev.fits.keys()
+
+
+def test_size_matches_the_profiler_counts():
+    """Size = the profiler's stored weight bytes: 4 per parameter in fp32, its int8/int4 storage markers on every linear."""
+    from torch import nn
+
+    from edgenlp.profile.analytic import analyze
+    from edgenlp.profile.storage import StorageMarker, mark_storage
+
+    shape = tiny_shape((4, 1, 2), (256, 32, 64))  # no empty linears (the profiler counts scales for a 0-width weight)
+    for bits, marker in (("fp32", None), ("int8", StorageMarker(8)), ("int4", StorageMarker(4, group_size=32))):
+        with torch.device("meta"):
+            model = EncoderClassifier(shape, 3)
+        if marker is not None:
+            for m in model.modules():
+                if isinstance(m, nn.Linear):
+                    mark_storage(m, marker)
+        total = analyze(model, seq_len=16).total
+        assert size_bytes(shape, bits=bits, embeddings=None, num_labels=3) == total.weight_bytes, bits
+        if bits == "fp32":
+            assert total.weight_bytes == 4 * total.params
+    pruned = tiny_shape((4, 0, 2), (256, 64, 0))
+    with torch.device("meta"):
+        model = EncoderClassifier(pruned, 3)
+    assert size_bytes(pruned, bits="fp32", embeddings=None, num_labels=3) == 4 * analyze(model, seq_len=16).total.params
+
+
+def test_memory_and_size_shrink_with_bits(synthetic_table, host):
+    cm = CostModel(host, synthetic_table, host=host)
+    shape = tiny_shape((4, 4), (256, 256))
+    preds = [cm.predict(shape, bits=b, embeddings=e, seq_len=64) for b, e in (("fp32", None), ("int8", None), ("int8", "int8"), ("int4", "int4"))]
+    sizes = [p.size_mb for p in preds]
+    mems = [p.peak_memory_mb for p in preds]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 4
+    assert mems == sorted(mems, reverse=True)
+
+
+def test_bundle_precision_reads_the_quantize_step():
+    from types import SimpleNamespace
+
+    from edgenlp.targets.costmodel import bundle_precision
+
+    assert bundle_precision((), 3) == ("fp32", None)
+    step = SimpleNamespace(type="quantize", config={"scheme": "int8", "embeddings": "int4",
+                                                    "layer_bits": [["layers.1.query", 4], ["layers.1.key", 4], ["layers.1.value", 4],
+                                                                   ["layers.1.attn_out", 4], ["layers.1.ffn_in", 4], ["layers.2.ffn_out", 32]]})  # fmt: skip
+    assert bundle_precision((SimpleNamespace(type="finetune", config={}), step), 3) == (("int8", "int4", "int8"), "int4")
+
+
+def test_observation_from_profile_scales_components_to_the_fastest_run():
+    from edgenlp.targets.costmodel import Observation
+
+    shape = tiny_shape((2,), (64,))
+    comps = {"embedding": 0.1, "attn_qkv": 0.3, "attn_core": 0.2, "attn_out": 0.1, "ffn": 0.5, "other": 0.3}
+    doc = {"threads": 1, "seq_len": 32, "shape": {"num_labels": 2},
+           "components": [{"name": k, "latency_ms": {"onnx": v}} for k, v in comps.items()],
+           "total": {"latency_ms": {"onnx": 2.0}, "latency_min_ms": {"onnx": 1.5}, "unattributed_ms": {"onnx": 0.5}}}  # fmt: skip
+    ob = Observation.from_profile(doc, runtime_key="onnx", runtime="onnx", precision="fp32", model_shape=shape)
+    assert ob.total_ms == 1.5 and sum(ob.components.values()) == pytest.approx(1.5)
+    assert ob.components["ffn"] / ob.components["attn_qkv"] == pytest.approx(0.5 / 0.3)
+    med = Observation.from_profile(doc, runtime_key="onnx", runtime="onnx", precision="fp32", model_shape=shape, statistic="median")
+    assert med.total_ms == 2.0 and med.components["runtime_overhead"] == 0.5
+    assert Observation.from_dict(json.loads(json.dumps(ob.to_dict()))) == ob
+
+
+def test_a_runtime_without_rows_borrows_another_and_says_so(host):
+    only_onnx = CostTable(synthetic_observations(runtime="onnx"), {})
+    p = CostModel(host, only_onnx, host=host, runtime="executorch").predict(tiny_shape((4,), (64,)), seq_len=32)
+    assert p.estimated and "onnx rows stand in" in p.basis
+    same = CostModel(host, only_onnx, host=host, runtime="onnx").predict(tiny_shape((4,), (64,)), seq_len=32)
+    assert not same.estimated and same.latency_ms == pytest.approx(p.latency_ms)
+
+
+def test_shipped_reference_table_prices_every_target(tmp_path, monkeypatch):
+    """Without a calibration of this machine, the shipped reference table prices every target, labelled estimated."""
+    from edgenlp.targets import cost_model_for
+    from edgenlp.targets.planner import MINILM_L6
+    from edgenlp.targets.target import list_targets
+
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path))
+    for entry in list_targets():
+        t = load_target(entry.name)
+        p = [cost_model_for(t).predict(MINILM_L6, bits=b, seq_len=128, threads=t.budgets.threads) for b in ("fp32", "int4")]
+        assert all(x.estimated and x.latency_ms > 0 for x in p) and p[1].size_mb < p[0].size_mb, entry.name

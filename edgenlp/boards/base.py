@@ -175,13 +175,16 @@ class Board:
             out["software"] = self._runtime
         return out
 
-    def push_files(self, files: dict[str, Path], remote_name: str, *, step: str = "push") -> str:
-        """Push ``{name: local file}`` into ``workdir/remote_name`` (once per content); return the remote dir."""
+    def push_files(self, files: dict[str, Path | None], remote_name: str, *, step: str = "push") -> str:
+        """Push ``{name: local file}`` into ``workdir/remote_name`` (once per content); return the remote dir.
+
+        A None file is pushed as an empty stand-in (see :func:`~edgenlp.boards.deploy.bundle_files`).
+        """
         work = self._need_open()
         key = f"{remote_name}:{fingerprint(files)}"
         if key in self._pushed:
             return self._pushed[key]
-        size_mb = sum(p.stat().st_size for p in files.values()) / 2**20
+        size_mb = sum(p.stat().st_size for p in files.values() if p is not None) / 2**20
         free = self.probe().tmp_free_mb
         if free is not None and size_mb > free * 0.95:
             raise NoSpace(self.uri, step, f"{size_mb:.1f} MB to push but only {free} MB free in {work}")
@@ -189,7 +192,10 @@ class Board:
         with tempfile.TemporaryDirectory(prefix="edgenlp-stage-") as tmp:
             stage = Path(tmp)
             for name, src in files.items():
-                shutil.copy2(src, stage / name)
+                if src is None:
+                    (stage / name).touch()
+                else:
+                    shutil.copy2(src, stage / name)
             self._sh(f"mkdir -p {shlex.quote(remote)}", step=step)
             t0 = time.perf_counter()
             self._push_dir(stage, remote)

@@ -128,18 +128,23 @@ def _is_system(d: Path) -> bool:
     return s.startswith(("/lib", "/usr/lib", "/usr/local/lib", "/usr/aarch64-linux-gnu", "/usr/x86_64-linux-gnu"))
 
 
-def bundle_files(bundle: Path) -> dict[str, Path]:
-    """The files of a bundle the native runtime reads (everything but the ONNX model)."""
+def bundle_files(bundle: Path) -> dict[str, Path | None]:
+    """The files of a bundle to push; None for the ONNX model, which goes as an empty stand-in.
+
+    The native runtime never reads ``model.onnx`` (a listed file it does not
+    read only has to exist, see runtime/src/bundle.cpp), so a phone is spared
+    pushing a second copy of the weights.
+    """
     bundle = Path(bundle)
-    return {p.name: p for p in sorted(bundle.iterdir()) if p.is_file() and not p.name.endswith((".onnx", ".onnx.data"))}
+    return {p.name: (None if p.name.endswith((".onnx", ".onnx.data")) else p) for p in sorted(bundle.iterdir()) if p.is_file()}
 
 
-def fingerprint(files: dict[str, Path]) -> str:
+def fingerprint(files: dict[str, Path | None]) -> str:
     """A short digest of names, sizes and modification times: whether a pushed copy is still current."""
     h = hashlib.sha256()
     for name, p in sorted(files.items()):
-        st = p.stat()
-        h.update(f"{name}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+        st = (p.stat().st_size, p.stat().st_mtime_ns) if p is not None else ("stand-in",)
+        h.update(f"{name}\0{st}\0".encode())
     return h.hexdigest()[:16]
 
 

@@ -57,7 +57,7 @@ def start_sshd(tmp: Path) -> LocalSshd | str:
     (tmp / "ssh_config").write_text(
         f"Host board-under-test\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {tmp / 'id'}\n"
         f"  IdentitiesOnly yes\n  UserKnownHostsFile {tmp / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
-        "Host *\n  IdentitiesOnly yes\n"
+        f"Host *\n  IdentitiesOnly yes\n  IdentityFile {tmp / 'id'}\n"
         f"  UserKnownHostsFile {tmp / 'known_hosts'}\n  StrictHostKeyChecking yes\n"
     )
     proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(tmp / "sshd_config")], stdout=subprocess.DEVNULL,

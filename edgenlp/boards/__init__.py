@@ -11,5 +11,27 @@ Modules:
   evaluate  dev-set accuracy and per-sentence latency on the board, compared with the host
   errors    one-line errors naming the device and the step
 
-Nothing is imported at package import time; import the submodules.
+The main names are importable from the package (loaded on first use, nothing
+runs at import)::
+
+    from edgenlp.boards import open_board, measure_components
 """
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Board": "base", "open_board": "base", "DeviceInfo": "probe", "BoardError": "errors",
+    "BoardMeasurer": "measure", "board_runtime": "measure", "measure_components": "measure",
+    "calibration_shapes": "measure", "ComponentTable": "measure", "ComponentRow": "measure",
+    "evaluate_on_board": "evaluate",
+}  # fmt: skip
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -85,8 +85,8 @@ class AdbBoard(Board):
         require_tool("adb", self.uri, "connect", "install Android platform-tools (apt-get install adb) and put adb on PATH")
         super().open()
 
-    def _push_dir(self, local: Path, remote: str) -> None:
-        self._adb("push", *[str(p) for p in sorted(local.iterdir())], remote + "/", step="push")
+    def _push_dir(self, local: Path, remote: str, *, step: str = "push") -> None:
+        self._adb("push", *[str(p) for p in sorted(local.iterdir())], remote + "/", step=step)
 
     def _pull_file(self, remote: str, local: Path) -> None:
         self._adb("pull", remote, str(local), step="pull")

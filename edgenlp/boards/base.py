@@ -66,7 +66,7 @@ class Board:
         """Run a POSIX sh script on the device; raise :class:`BoardError` (naming ``step``) on transport failures."""
         raise NotImplementedError
 
-    def _push_dir(self, local: Path, remote: str) -> None:
+    def _push_dir(self, local: Path, remote: str, *, step: str = "push") -> None:
         """Copy the contents of local directory ``local`` into the existing remote directory ``remote``."""
         raise NotImplementedError
 
@@ -198,7 +198,7 @@ class Board:
                     shutil.copy2(src, stage / name)
             self._sh(f"mkdir -p {shlex.quote(remote)}", step=step)
             t0 = time.perf_counter()
-            self._push_dir(stage, remote)
+            self._push_dir(stage, remote, step=step)
             log.info("%s: pushed %.1f MB to %s in %.1f s", self.uri, size_mb, remote, time.perf_counter() - t0)
         self._pushed[key] = remote
         return remote

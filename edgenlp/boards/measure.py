@@ -15,8 +15,9 @@ plots) is unchanged; the document gains a ``device`` section.
         docs = profile("out/minilm-sst2", ProfileConfig(seq_lens=(32, 128), runtimes=(rt,), threads=(1, 4)))
 
 For calibrating a cost model, :func:`measure_components` measures a grid of
-bundles (or encoder shapes, exported with random weights) and returns one
-flat table of per-component latencies.
+bundles (or encoder shapes, exported with random weights; :func:`calibration_shapes`
+gives a default grid from tiny to MiniLM) and returns one flat table of
+per-component latencies (:class:`ComponentTable`, JSON with ``to_dict()``).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def measure_components(board: Board, models: Sequence, *, seq_lens: Sequence[int
         with open_board("ssh://pi@raspberrypi.local") as board:
             table = measure_components(board, [EncoderShape.uniform(family="bert", num_layers=2, hidden=256,
                                        num_heads=4, ffn=1024, max_positions=512)], seq_lens=(32, 128), threads=(1, 4))
-        table.lookup(model="bert-L2-H256-A4-F1024", seq_len=128, threads=4)["ffn"]
+        table.lookup(model="bert-L2-H256-A4-D64-F1024", seq_len=128, threads=4)["ffn"]
     """
     from edgenlp.profile.api import ProfileConfig, profile
 
@@ -200,10 +201,28 @@ def measure_components(board: Board, models: Sequence, *, seq_lens: Sequence[int
     return ComponentTable(device, cores, tuple(rows))
 
 
+# (hidden, heads, ffn) per layer, head_dim 32: tiny, small, a MiniLM-L6 layer, and MiniLM with half its heads / FFN pruned
+CALIBRATION_GRID = ((128, 4, 512), (256, 8, 1024), (384, 12, 1536), (384, 6, 1536), (384, 12, 768))
+
+
+def calibration_shapes(*, family: str = "bert", num_layers: int = 2, head_dim: int = 32,
+                       grid: Sequence[tuple[int, int, int]] = CALIBRATION_GRID) -> tuple:
+    """Encoder shapes from tiny to MiniLM (``(hidden, heads, ffn)`` per ``grid`` row) for :func:`measure_components`.
+
+    Pruned rows keep ``head_dim`` (whole heads removed), as pruning does; the
+    rows are small enough to export and run in minutes on a Cortex-A53.
+    """
+    from edgenlp.models.encoder import EncoderShape
+
+    return tuple(EncoderShape(family=family, vocab_size=30522, hidden=h, heads=(a,) * num_layers, head_dim=head_dim,
+                              ffn=(f,) * num_layers) for h, a, f in grid)  # fmt: skip
+
+
 def shape_label(shape) -> str:
+    """``bert-L2-H384-A12-D32-F1536`` (per-layer lists where layers differ)."""
     heads = shape.heads if len(set(shape.heads)) > 1 else shape.heads[0]
     ffn = shape.ffn if len(set(shape.ffn)) > 1 else shape.ffn[0]
-    return f"{shape.family}-L{len(shape.heads)}-H{shape.hidden}-A{heads}-F{ffn}".replace(" ", "")
+    return f"{shape.family}-L{len(shape.heads)}-H{shape.hidden}-A{heads}-D{shape.head_dim}-F{ffn}".replace(" ", "")
 
 
 def _model_path(m, workdir: Path, seq_lens: tuple[int, ...]) -> tuple[str, Path]:

@@ -56,7 +56,7 @@ class QemuBoard(Board):
             raise WrongArchitecture(self.uri, "connect", f"qemu-aarch64 has no CPU model {self.cpu!r}; it has {known}")
         super().open()
 
-    def _push_dir(self, local: Path, remote: str) -> None:
+    def _push_dir(self, local: Path, remote: str, *, step: str = "push") -> None:
         for p in local.iterdir():
             shutil.copy2(p, Path(remote) / p.name)
 

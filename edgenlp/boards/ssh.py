@@ -122,8 +122,8 @@ class SshBoard(Board):
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{self.user + '@' if self.user else ''}{host}:{path}"
 
-    def _push_dir(self, local: Path, remote: str) -> None:
-        self._scp([str(p) for p in sorted(local.iterdir())], self._remote(remote + "/"), "push")
+    def _push_dir(self, local: Path, remote: str, *, step: str = "push") -> None:
+        self._scp([str(p) for p in sorted(local.iterdir())], self._remote(remote + "/"), step)
 
     def _pull_file(self, remote: str, local: Path) -> None:
         self._scp([self._remote(remote)], str(local), "pull")

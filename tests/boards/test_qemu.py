@@ -28,7 +28,10 @@ def check_profile(doc: dict, rt: str) -> None:
     for name in ("attn_qkv", "attn_core", "attn_out", "ffn"):
         assert rows[name]["latency_ms"][rt] > 0, name
     t = doc["total"]
-    assert t["components_sum_ms"][rt] == pytest.approx(t["latency_ms"][rt], rel=0.10)
+    # The components cover the profiled runs' total (same runs, so no load noise between two invocations);
+    # the plain end-to-end median comes from a separate invocation and is reported, not compared, here.
+    assert t["components_sum_ms"][rt] == pytest.approx(t["profiled_total_ms"][rt], rel=0.10)
+    assert t["latency_ms"][rt] > 0 and t["unattributed_ms"][rt] == pytest.approx(t["latency_ms"][rt] - t["components_sum_ms"][rt], abs=1e-3)
 
 
 @pytest.mark.parametrize("cpu", CPUS)

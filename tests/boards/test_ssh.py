@@ -24,7 +24,8 @@ def test_profile_and_eval_over_ssh(sshd, host_runner, board_bundle, tiny_task_di
     rows = {r["name"]: r for r in doc["components"]}
     assert set(rows) == set(COMPONENTS) and all(rows[c]["latency_ms"][rt] > 0 for c in ("attn_qkv", "attn_core", "ffn"))
     t = doc["total"]
-    assert t["components_sum_ms"][rt] == pytest.approx(t["latency_ms"][rt], rel=0.10)
+    # A ~20 ms call on x86: the delegate's fixed per-call cost is a larger share than on the qemu boards (10% there).
+    assert t["components_sum_ms"][rt] == pytest.approx(t["profiled_total_ms"][rt], rel=0.25) and t["latency_ms"][rt] > 0
     assert doc["device"]["transport"] == "ssh" and doc["device"]["emulated"] is None
     assert doc["device"]["software"]["runner_arch"] == "x86_64"
     assert report["host"]["same_prediction"] == report["n"] == 3 and report["host"]["max_abs_prob_diff"] < 1e-5
@@ -33,10 +34,14 @@ def test_profile_and_eval_over_ssh(sshd, host_runner, board_bundle, tiny_task_di
     assert out.strip() == "gone"
 
 
-def test_ssh_refused_key_and_unreachable_port(sshd):
+def test_ssh_refused_key_and_unreachable_port(sshd, tmp_path):
     opts = ("-F", str(sshd.client_config))
+    refused = tmp_path / "refused_config"  # the same config offering only a key the server does not accept
+    good_key = sshd.client_config.parent / "id"
+    refused.write_text(sshd.client_config.read_text().replace(f"IdentityFile {good_key}\n", f"IdentityFile {sshd.other_key}\n"))
+    assert str(good_key) + "\n" not in refused.read_text()
     with pytest.raises(BoardAuthError, match=rf"^ssh://127.0.0.1:{sshd.port}: connect: no key was accepted"):
-        with open_board(f"ssh://127.0.0.1:{sshd.port}", ssh_options=(*opts, "-i", str(sshd.other_key))):
+        with open_board(f"ssh://127.0.0.1:{sshd.port}", ssh_options=("-F", str(refused))):
             pass
     from sshd import free_port
 
@@ -67,3 +72,22 @@ def test_ssh_command_lines():
     for bad in ("ssh://pi:secret@host", "ssh://host:99999", "ssh://host/path", "ssh://"):
         with pytest.raises(EdgeNLPError):
             SshBoard.from_uri(bad)
+
+
+def test_measure_components_on_a_shape_grid(sshd, host_runner, tmp_path):
+    import json
+
+    from edgenlp.boards import calibration_shapes, measure_components
+
+    shapes = calibration_shapes(grid=((64, 2, 128), (64, 2, 64)), num_layers=1)
+    with open_board("ssh://board-under-test", ssh_options=("-F", str(sshd.client_config))) as board:
+        table = measure_components(board, shapes, seq_lens=(16,), threads=(1,), runs=3, warmup=1, workdir=tmp_path)
+    assert table.device["transport"] == "ssh" and json.loads(json.dumps(table.to_dict()))["schema"] == "edgenlp.board-components/1"
+    labels = {r.model for r in table.rows}
+    assert labels == {"bert-L1-H64-A2-D32-F128", "bert-L1-H64-A2-D32-F64"}
+    for label in labels:
+        row = table.lookup(model=label, seq_len=16, threads=1)
+        assert set(row) == {*COMPONENTS, "runtime_overhead", "total"} and row["ffn"] > 0
+        assert sum(row[c] for c in COMPONENTS) + row["runtime_overhead"] == pytest.approx(row["total"], abs=1e-2)
+    flops = {r.model: r.flops for r in table.rows if r.component == "ffn"}
+    assert flops["bert-L1-H64-A2-D32-F128"] == 2 * flops["bert-L1-H64-A2-D32-F64"]  # the FFN width is what differs

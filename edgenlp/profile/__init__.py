@@ -54,6 +54,7 @@ there are several). Keys marked * are always present::
                  "mem_total_mb", "mem_available_mb", "tmp_free_mb", "isa", "emulated": str | None,
                  "software": {"edgenlp", "libedgenlp", "executorch", "runner_arch", "runner_sha256", "files"},
                  "cores_requested": "all"|"big"|"little", "cpus_used": [int]},  # with --on (edgenlp.boards)
+      "devices": [{same as "device"}],        # instead of "device" when several boards are profiled together
       "environment"*: {"cpu": {...}, "versions": {...}, "platform": str}
     }
 

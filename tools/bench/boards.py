@@ -25,7 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+# tools/bench/profile.py would shadow the standard library's ``profile`` (torch imports it through
+# cProfile): drop this script's folder from the import path.
+_HERE = Path(__file__).resolve().parent
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+ROOT = _HERE.parents[1]
 RESULTS = ROOT / "tools" / "bench" / "results"
 sys.path.insert(0, str(ROOT))
 
@@ -49,6 +53,8 @@ def export(teacher: str, task: str, out: Path, seq_len: int) -> Path:
     r = CliRunner().invoke(main, ["export", teacher, "--task", task, "--format", "pte", "--seq-len", str(seq_len),
                                   "--buckets", buckets, "--out", str(out)])  # fmt: skip
     if r.exit_code != 0:
+        if r.exc_info is not None and not isinstance(r.exception, SystemExit):
+            raise r.exception
         raise SystemExit(f"export failed: {r.output}")
     return out
 

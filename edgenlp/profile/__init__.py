@@ -49,6 +49,12 @@ there are several). Keys marked * are always present::
       "layers": [{"index": int, "components": [{name, params, flops, weight_bytes,
                   activation_bytes, weight_format, latency_ms}]}],   # with --per-layer
       "head": {...},                          # with --per-layer: pooler + classifier counts
+      "device": {"runtime": str, "uri": str, "transport": "ssh"|"adb"|"qemu", "arch", "cpu_model", "cores",
+                 "clusters": [{"cpus", "max_mhz", "core"}], "governors", "kernel", "os", "libc",
+                 "mem_total_mb", "mem_available_mb", "tmp_free_mb", "isa", "emulated": str | None,
+                 "software": {"edgenlp", "libedgenlp", "executorch", "runner_arch", "runner_sha256", "files"},
+                 "cores_requested": "all"|"big"|"little", "cpus_used": [int]},  # with --on (edgenlp.boards)
+      "devices": [{same as "device"}],        # instead of "device" when several boards are profiled together
       "environment"*: {"cpu": {...}, "versions": {...}, "platform": str}
     }
 

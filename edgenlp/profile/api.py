@@ -50,6 +50,11 @@ def register_measurer(runtime: str, factory: Callable[[], Measurer]) -> None:
     MEASURERS[runtime] = factory
 
 
+def unregister_measurer(runtime: str) -> None:
+    """Remove a measurer plugged in with :func:`register_measurer` (no error if absent)."""
+    MEASURERS.pop(runtime, None)
+
+
 @dataclass(frozen=True)
 class ProfileConfig:
     """What to profile: lengths, batch, runtimes, thread counts, runs per measurement, per-layer rows."""
@@ -233,6 +238,11 @@ def build_document(target: ProfileTarget, analytic: AnalyticProfile, measurement
     }
     if "artifact_bytes" in target.info:
         doc["artifact_bytes"] = target.info["artifact_bytes"]
+    devices = {rt: m.device for rt, m in measurements.items() if m.device is not None}
+    if len(devices) == 1:
+        doc["device"] = {"runtime": next(iter(devices)), **next(iter(devices.values()))}
+    elif devices:
+        doc["devices"] = [{"runtime": rt, **d} for rt, d in devices.items()]
     if config.per_layer:
         doc["layers"] = _layer_rows(analytic, measurements)
         doc["head"] = analytic.head.to_dict()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import click
 
 from edgenlp.cli_types import IntList
@@ -22,7 +24,12 @@ from edgenlp.errors import EdgeNLPError
 @click.option("--plot", "plot_file", default=None, type=click.Path(dir_okay=False), help="Write a PNG of the shares here.")
 @click.option("--per-layer", is_flag=True, help="Also show and record rows per encoder layer.")
 @click.option("--workdir", default=None, type=click.Path(file_okay=False), help="Keep lowered .pte/.onnx here and reuse them while model, weights and lengths match (default: a temporary dir).")
-def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, warmup, json_file, plot_file, per_layer, workdir):
+@click.option("--on", "board_uri", default=None, metavar="URI", help="Profile the bundle on a board: ssh://user@host[:port], "
+              "adb[:serial] or qemu:CPU. Its runtime is native@URI; --runtime adds host runtimes beside it.")  # fmt: skip
+@click.option("--cores", type=click.Choice(["all", "big", "little"]), default="all", show_default=True,
+              help="With --on: pin to this CPU cluster (taskset).")  # fmt: skip
+def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, warmup, json_file, plot_file, per_layer, workdir,
+                board_uri, cores):  # fmt: skip
     """Profile MODEL_OR_BUNDLE per component: embedding, QKV, attention core, output projection, FFN, other.
 
     \b
@@ -35,6 +42,8 @@ def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, 
       edgenlp profile bert-base --seq-len 32,128,512
       edgenlp profile minilm-l6 --runtime eager,executorch,onnx --threads 1,2 --plot minilm.png --json minilm.json
       edgenlp profile out/minilm-sst2 --per-layer
+      edgenlp profile out/minilm-sst2 --on ssh://pi@raspberrypi.local --threads 1,4 --cores big --json pi.json
+      edgenlp profile out/minilm-sst2 --on qemu:cortex-a53 --seq-len 32 --runs 5 --runtime native
     """
     from edgenlp.profile.api import ProfileConfig, default_runtimes, profile
     from edgenlp.profile.report import plot, print_tables
@@ -46,14 +55,23 @@ def profile_cmd(model_or_bundle, task, seq_len, batch, runtimes, threads, runs, 
 
         labels = load_task(task).labels
     rts = tuple(r.strip() for r in runtimes.split(",") if r.strip()) if runtimes else default_runtimes(model_or_bundle)
-    try:
-        config = ProfileConfig(
-            seq_lens=seq_len, batch=batch, runtimes=rts, threads=threads,
-            runs=runs, warmup=warmup, per_layer=per_layer,
-        )  # fmt: skip
-    except ValueError as exc:
-        raise EdgeNLPError(str(exc)) from None
-    docs = profile(model_or_bundle, config, labels=labels, workdir=workdir)
+    if board_uri is None and cores != "all":
+        raise EdgeNLPError("--cores needs --on URI (a board)")
+    with contextlib.ExitStack() as stack:
+        if board_uri is not None:
+            from edgenlp.boards.base import open_board
+            from edgenlp.boards.measure import board_runtime
+
+            board = stack.enter_context(open_board(board_uri))
+            rts = (stack.enter_context(board_runtime(board, cores=cores)), *(rts if runtimes else ()))
+        try:
+            config = ProfileConfig(
+                seq_lens=seq_len, batch=batch, runtimes=rts, threads=threads,
+                runs=runs, warmup=warmup, per_layer=per_layer,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise EdgeNLPError(str(exc)) from None
+        docs = profile(model_or_bundle, config, labels=labels, workdir=workdir)
     print_tables(docs, per_layer=per_layer)
     if json_file:
         atomic_write_json(json_file, docs[0] if len(docs) == 1 else docs)

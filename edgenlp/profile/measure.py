@@ -78,6 +78,7 @@ class Measurement:
     end_to_end_ms: list[float]  # plain timed runs, no profiling
     profiled_total_ms: list[float]  # total of each profiled run as the runtime saw it
     events: list[TimedEvent]
+    device: dict | None = None  # where it ran, for measurers on a board (the document's "device" section)
 
     def _runs(self, key) -> dict:
         out: dict = {}

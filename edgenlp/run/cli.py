@@ -51,7 +51,12 @@ def run_cmd(bundle, texts, runtime, threads, as_json):
 @click.option("--threads", type=int, default=None)
 @click.option("--limit", type=int, default=None, help="Evaluate only the first N rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def eval_cmd(bundle, task, split, data, data_dir, runtime, threads, limit, as_json):
+@click.option("--on", "board_uri", default=None, metavar="URI", help="Run on a board: ssh://user@host[:port], adb[:serial] "
+              "or qemu:CPU; --runtime then picks the host runtime the predictions are compared with (default native).")  # fmt: skip
+@click.option("--cores", type=click.Choice(["all", "big", "little"]), default="all", show_default=True,
+              help="With --on: pin to this CPU cluster (taskset).")  # fmt: skip
+@click.pass_context
+def eval_cmd(ctx, bundle, task, split, data, data_dir, runtime, threads, limit, as_json, board_uri, cores):
     """Measure BUNDLE's accuracy (and macro-F1 with more than 2 labels) through its runtime.
 
     \b
@@ -60,7 +65,17 @@ def eval_cmd(bundle, task, split, data, data_dir, runtime, threads, limit, as_js
       edgenlp eval out/minilm-sst2 --task sst2 --runtime onnx --threads 2
       edgenlp eval out/minilm-sst2 --data my_reviews.tsv
       edgenlp eval out/ft-sst2 --task sst2 --runtime eager
+      edgenlp eval out/minilm-sst2 --task sst2 --on ssh://pi@raspberrypi.local --threads 4 --cores big
+      edgenlp eval out/minilm-sst2 --task sst2 --on qemu:cortex-a76 --limit 50 --json
     """
+    if board_uri is not None:
+        _eval_on_board(ctx, bundle, board_uri, task=task, split=split, data=data, data_dir=data_dir, runtime=runtime,
+                       threads=threads, cores=cores, limit=limit, as_json=as_json)  # fmt: skip
+        return
+    if cores != "all":
+        from edgenlp.errors import EdgeNLPError
+
+        raise EdgeNLPError("--cores needs --on URI (a board)")
     from edgenlp.run.evaluate import evaluate
 
     report = evaluate(bundle, runtime=runtime, task=task, split=split, data=data, data_dir=data_dir, threads=threads, limit=limit)
@@ -70,3 +85,24 @@ def eval_cmd(bundle, task, split, data, data_dir, runtime, threads, limit, as_js
     extra = f"  macro-F1 {report['macro_f1']:.4f}" if "macro_f1" in report else ""
     click.echo(f"{report['runtime']}: accuracy {report['accuracy']:.4f}{extra} on {report['n']} rows "
                f"({report['ms_per_text']:.2f} ms/text)")
+
+
+def _eval_on_board(ctx, bundle, uri, *, runtime, as_json, **kw):
+    from edgenlp.boards.base import open_board
+    from edgenlp.boards.evaluate import evaluate_on_board
+
+    if ctx.get_parameter_source("runtime") is click.core.ParameterSource.DEFAULT:
+        from edgenlp.run.native import library_path
+
+        runtime = "native" if library_path().is_file() else "executorch"
+    with open_board(uri) as board:
+        report = evaluate_on_board(board, bundle, host_runtime=runtime, **kw)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    lat, host = report["latency_ms"], report["host"]
+    extra = f"  macro-F1 {report['macro_f1']:.4f}" if "macro_f1" in report else ""
+    click.echo(f"{report['runtime']}: accuracy {report['accuracy']:.4f}{extra} on {report['n']} rows; per sentence "
+               f"median {lat['median']:.2f} ms, p90 {lat['p90']:.2f} ms ({report['device']['cpu_model']})")
+    click.echo(f"host ({host['runtime']}): same prediction on {host['same_prediction']}/{host['n']} rows, "
+               f"max |Δprobability| {host['max_abs_prob_diff']:.2e}, accuracy {host['accuracy']:.4f}")

@@ -1,7 +1,7 @@
 // edgenlp-run: classify texts with a bundle, benchmark it, tokenize, write an ETDump.
 //
 //   edgenlp-run BUNDLE "text" ["text" ...]         label and probabilities
-//   edgenlp-run BUNDLE --json "text"               one JSON object per text
+//   edgenlp-run BUNDLE --json "text"               one JSON object per text (with "ms": time of the classify call)
 //   edgenlp-run BUNDLE --input FILE                texts from FILE, one per line
 //   edgenlp-run BUNDLE --tokenize "text"           token ids, one line per text
 //   edgenlp-run BUNDLE --bench 50 --seq-len 128 --threads 2
@@ -251,10 +251,12 @@ int main(int argc, char** argv) {
   std::vector<float> probs(k);
   for (const auto& t : o.texts) {
     int32_t label = 0;
+    const double s = now_ms();
     h.check(edgenlp_classify(h.h, t.data(), t.size(), probs.data(), k, &label));
+    const double ms = now_ms() - s;  // tokenize + run, as an app sees one call
     if (o.json) {
-      std::printf("{\"text\": \"%s\", \"label\": \"%s\", \"index\": %d, \"probabilities\": {", json_escape(t).c_str(),
-                  json_escape(edgenlp_label_name(h.h, static_cast<size_t>(label))).c_str(), label);
+      std::printf("{\"text\": \"%s\", \"label\": \"%s\", \"index\": %d, \"ms\": %.4f, \"probabilities\": {",
+                  json_escape(t).c_str(), json_escape(edgenlp_label_name(h.h, static_cast<size_t>(label))).c_str(), label, ms);
       for (size_t i = 0; i < k; ++i)
         std::printf("%s\"%s\": %.6f", i ? ", " : "", json_escape(edgenlp_label_name(h.h, i)).c_str(), probs[i]);
       std::printf("}}\n");

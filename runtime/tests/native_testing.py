@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_test_bundle import MINILM_VOCAB, write_bundle  # noqa: E402
 
 HOST_BUILD = RUNTIME / "build" / "x86_64"
-DATA = REPO.parent / "shared" / "data"
+DATA = Path(os.environ.get("EDGENLP_DATA_DIR") or REPO.parent / "shared" / "data")
 
 # Texts for the quantized-bundle tests (unicode, punctuation, one long enough for a 128 bucket).
 SENTENCES = [

@@ -82,7 +82,8 @@ def test_trimmed_ids_equal_python(trimmed_tok_bundle, hf_tokenizer, kept, train_
     from edgenlp.run.native import native_tokenize
 
     bundle = Bundle.open(trimmed_tok_bundle)
-    texts = eval_texts + train_texts[:50] + list(ADVERSARIAL)
+    train = train_texts[:50]
+    texts = eval_texts + train + list(ADVERSARIAL)
     full = hf_tokenizer(texts, truncation=True, max_length=512)["input_ids"]
     want = [bundle.remap_ids(row) for row in full]
     got = native_tokenize(trimmed_tok_bundle, texts)
@@ -93,7 +94,7 @@ def test_trimmed_ids_equal_python(trimmed_tok_bundle, hf_tokenizer, kept, train_
         assert g == [to_new.get(i, unk_new) for i in f]
         assert max(g) < len(kept)
     # every piece of a training sentence is kept; some dev sentence loses some to [UNK]
-    assert all(i in to_new for f in full[len(eval_texts):len(eval_texts) + 50] for i in f)
+    assert all(i in to_new for f in full[len(eval_texts):len(eval_texts) + len(train)] for i in f)
     assert any(unk_new in g and hf_tokenizer.unk_token_id not in f for f, g in zip(full, got))
 
 

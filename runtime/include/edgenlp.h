@@ -178,6 +178,8 @@ EDGENLP_API edgenlp_status edgenlp_max_seq_len(const edgenlp_handle* handle, siz
  * into mask[] (mask may be NULL). capacity is the length of ids/mask; when
  * it is too small, *n_tokens is set to the needed length and
  * EDGENLP_ERR_BUFFER_TOO_SMALL is returned. Works without model.pte.
+ * For a bundle with a trimmed vocabulary (manifest tokenizer.vocab_map) the
+ * ids are the model's new ids; pieces the model does not keep are [UNK].
  */
 EDGENLP_API edgenlp_status edgenlp_tokenize(edgenlp_handle* handle, const char* text, size_t text_len,
                                             int64_t* ids, int64_t* mask, size_t capacity,

@@ -17,7 +17,7 @@ Manifest keys (``format_version`` 1)::
     labels      [str, ...]
     tokenizer   {type: "wordpiece", vocab: "vocab.txt", do_lower_case, strip_accents,
                  tokenize_chinese_chars, cls_token, sep_token, pad_token, unk_token,
-                 max_input_chars_per_word}
+                 max_input_chars_per_word[, vocab_map: "vocab_map.json"]}
     max_seq_len int
     inputs      [{name, dtype, shape}]   ("seq" is the variable dimension)
     outputs     [{name, dtype, shape}]
@@ -29,6 +29,19 @@ Manifest keys (``format_version`` 1)::
                 (edgenlp.recipe): fine-tuning, pruning, quantization, export
     parity      {runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement, passed[, fp32{...}]}}
     export      {config{...}, seconds{...}, environment{...}}
+
+Trimmed vocabulary (optional ``tokenizer.vocab_map``): the model's embedding
+table keeps only some rows; ``vocab.txt`` stays the original vocabulary (so
+WordPiece splits words exactly as before) and ``vocab_map.json`` says which
+original id each new id stands for::
+
+    {"format": "edgenlp-vocab-map", "version": 1, "kept": [0, 100, 101, 102, 103, 1996, ...]}
+
+``kept[new_id] = original_id``. Tokenizers split with ``vocab.txt`` and then
+map every piece's original id to its new id; a piece whose id is not kept
+becomes ``[UNK]`` (the new id of the unk token). The special tokens must be
+kept. Both the Python runners (:meth:`Bundle.remap_ids`) and the native
+runtime apply it.
 
 :meth:`Bundle.open` verifies the manifest, the presence of every listed file
 and its sha256, and raises :class:`BundleError` with a one-line message.
@@ -79,6 +92,60 @@ def pad_to_bucket(ids, method: "PteMethod", *, pad_id: int):
     x[0, :n] = torch.tensor(ids[:n], dtype=torch.int64)
     mask[0, :n] = 1
     return x, mask
+
+
+VOCAB_MAP_FORMAT = "edgenlp-vocab-map"
+
+
+@dataclass(frozen=True)
+class VocabMap:
+    """A trimmed vocabulary: ``kept[new_id] = original_id`` (see the module docstring)."""
+
+    kept: tuple[int, ...]
+    unk_id: int  # original id of the unk token
+
+    def __post_init__(self) -> None:
+        if not self.kept:
+            raise ValueError("a vocabulary map keeps at least the special tokens")
+        if len(set(self.kept)) != len(self.kept):
+            raise ValueError("a vocabulary map keeps an id twice")
+        if min(self.kept) < 0:
+            raise ValueError("vocabulary map ids must be >= 0")
+        if self.unk_id not in self.kept:
+            raise ValueError("a vocabulary map must keep the unk token")
+
+    @cached_property
+    def _to_new(self) -> dict[int, int]:
+        return {orig: new for new, orig in enumerate(self.kept)}
+
+    def remap(self, ids) -> list[int]:
+        """Original ids -> new ids; ids not kept become the unk token's new id."""
+        to_new = self._to_new
+        unk = to_new[self.unk_id]
+        return [to_new.get(int(i), unk) for i in ids]
+
+    def to_dict(self) -> dict:
+        return {"format": VOCAB_MAP_FORMAT, "version": 1, "kept": list(self.kept)}
+
+    @classmethod
+    def read(cls, path: Path, *, unk_id: int, vocab_size: int, specials: tuple[int, ...] = ()) -> "VocabMap":
+        """Read and check ``vocab_map.json``; raises :class:`BundleError` with one line."""
+        try:
+            d = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"{path}: cannot read the vocabulary map ({exc})") from exc
+        kept = d.get("kept") if isinstance(d, dict) else None
+        if not isinstance(kept, list) or not kept or not all(isinstance(i, int) and not isinstance(i, bool) for i in kept):
+            raise BundleError(f"{path}: \"kept\" must be a non-empty list of token ids")
+        if max(kept) >= vocab_size or min(kept) < 0:
+            raise BundleError(f"{path}: ids must be in 0..{vocab_size - 1} (the vocabulary has {vocab_size} tokens)")
+        missing = [i for i in (unk_id, *specials) if i not in set(kept)]
+        if missing:
+            raise BundleError(f"{path}: the special token ids {missing} must be kept")
+        try:
+            return cls(tuple(kept), unk_id)
+        except ValueError as exc:
+            raise BundleError(f"{path}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -172,6 +239,21 @@ class Bundle:
             return build_tokenizer(self.vocab_file, self.manifest["tokenizer"])
         except Exception as exc:
             raise BundleError(f"{self.vocab_file}: cannot build the tokenizer ({exc})") from exc
+
+    @cached_property
+    def vocab_map(self) -> VocabMap | None:
+        """The trimmed-vocabulary map (``tokenizer.vocab_map``), or None for a full vocabulary."""
+        name = self.manifest["tokenizer"].get("vocab_map")
+        if not name:
+            return None
+        tok = self.tokenizer
+        specials = tuple(tok.convert_tokens_to_ids(t) for t in (tok.cls_token, tok.sep_token, tok.pad_token))
+        return VocabMap.read(self.path / name, unk_id=tok.unk_token_id, vocab_size=len(tok), specials=specials)
+
+    def remap_ids(self, ids) -> list[int]:
+        """Token ids from :attr:`tokenizer` as the model takes them (identity without a vocabulary map)."""
+        vmap = self.vocab_map
+        return list(ids) if vmap is None else vmap.remap(ids)
 
     @cached_property
     def recipe(self):

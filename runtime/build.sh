@@ -6,7 +6,8 @@
 #   bash runtime/build.sh --sanitize              # ASan + UBSan -> runtime/build-asan/x86_64
 #   bash runtime/build.sh --build-dir DIR --fuzz  # libFuzzer targets (clang)
 #
-# Environment: PYTHON (default .venv/bin/python or python3), JOBS.
+# Environment: PYTHON (default .venv/bin/python or python3), JOBS,
+# EDGENLP_WITH_QUANTIZED_KERNELS (ON by default; OFF leaves the quantized kernels out).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -21,7 +22,7 @@ while [[ $# -gt 0 ]]; do
     --sanitize) sanitize=1; shift ;;
     --fuzz) fuzz=1; shift ;;
     --build-dir) build_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -71,6 +72,9 @@ fi
 if [[ $fuzz -eq 1 ]]; then
   cmake_args+=(-DEDGENLP_FUZZ=ON -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 fi
+
+# Explicit, so that build dirs configured before the default changed pick it up too.
+cmake_args+=(-DEDGENLP_WITH_QUANTIZED_KERNELS="${EDGENLP_WITH_QUANTIZED_KERNELS:-ON}")
 
 mkdir -p "$(dirname "$build_dir")"
 cmake -S "$here" -B "$build_dir" -DEXECUTORCH_ROOT="$et_root" "${cmake_args[@]}" >"$build_dir.configure.log" 2>&1 \

@@ -79,13 +79,17 @@ class BundleRunner(Runner):
         self.labels = self.bundle.labels
         self.threads = threads
         tok = self.bundle.tokenizer
-        self.pad_id = tok.pad_token_id or 0
+        self.pad_id = self.bundle.remap_ids([tok.pad_token_id or 0])[0]
         self._tok = tok
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Model input ids per text (remapped when the bundle's vocabulary is trimmed)."""
         from edgenlp.models.tokenizer import token_ids
 
-        return token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
+        ids = token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
+        if self.bundle.vocab_map is None:
+            return ids
+        return [self.bundle.remap_ids(row) for row in ids]
 
 
 RunnerFactory = Callable[..., Runner]  # (target, *, threads) -> Runner

@@ -27,6 +27,9 @@ def set_threads(threads: int | None) -> None:
 
 
 def load_program(path: Path, **kwargs):
+    # Registers ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte /
+    # embedding_4bit, ...) with the runtime, for programs with quantized embeddings.
+    import executorch.kernels.quantized  # noqa: F401
     from executorch.runtime import Runtime
 
     try:

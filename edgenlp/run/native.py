@@ -56,6 +56,7 @@ class Status(enum.IntEnum):
 # edgenlp_open_ex flags
 OPEN_SKIP_VERIFY = 1
 OPEN_LOAD_ALL_METHODS = 2
+OPEN_NO_WEIGHT_CACHE = 4
 _BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL)
 
 _lib: ctypes.CDLL | None = None
@@ -147,15 +148,19 @@ class NativeHandle:
 
     ``verify=False`` skips the sha256 check of the bundle files
     (EDGENLP_OPEN_SKIP_VERIFY); ``load_all_methods=True`` loads every bucket's
-    method at open instead of on first use (EDGENLP_OPEN_LOAD_ALL_METHODS).
+    method at open instead of on first use (EDGENLP_OPEN_LOAD_ALL_METHODS);
+    ``weight_cache=False`` lets every bucket method pack its own copy of the
+    weights (EDGENLP_OPEN_NO_WEIGHT_CACHE; the default shares one copy).
     """
 
-    def __init__(self, bundle_dir: str | Path, *, verify: bool = True, load_all_methods: bool = False) -> None:
+    def __init__(self, bundle_dir: str | Path, *, verify: bool = True, load_all_methods: bool = False,
+                 weight_cache: bool = True) -> None:
         self._lib = load_library()
         self._lock = threading.Lock()
         self.path = Path(bundle_dir)
         self._h = ctypes.c_void_p()
-        flags = (0 if verify else OPEN_SKIP_VERIFY) | (OPEN_LOAD_ALL_METHODS if load_all_methods else 0)
+        flags = ((0 if verify else OPEN_SKIP_VERIFY) | (OPEN_LOAD_ALL_METHODS if load_all_methods else 0)
+                 | (0 if weight_cache else OPEN_NO_WEIGHT_CACHE))
         status = self._lib.edgenlp_open_ex(os.fsencode(str(bundle_dir)), flags, ctypes.byref(self._h))
         if status != Status.OK:
             message = self._error()
@@ -238,8 +243,9 @@ class NativeRunner(Runner):
     name = "native"
 
     def __init__(self, bundle, *, threads: int | None = None, verify: bool = True,
-                 load_all_methods: bool = False) -> None:
-        self.handle = NativeHandle(_bundle_dir(bundle), verify=verify, load_all_methods=load_all_methods)
+                 load_all_methods: bool = False, weight_cache: bool = True) -> None:
+        self.handle = NativeHandle(_bundle_dir(bundle), verify=verify, load_all_methods=load_all_methods,
+                                   weight_cache=weight_cache)
         self.labels = self.handle.labels
         self.threads = threads
         if threads is not None:

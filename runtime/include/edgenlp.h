@@ -138,6 +138,14 @@ EDGENLP_API edgenlp_status edgenlp_open(const char* bundle_dir, edgenlp_handle**
  * first-call delay per bucket, and every load error reported by the open.
  */
 #define EDGENLP_OPEN_LOAD_ALL_METHODS 2u
+/*
+ * Let every bucket method pack its own copy of the weights, as ExecuTorch
+ * does by default. Without this flag the XNNPACK weights cache is switched
+ * on: the methods of a program share one packed copy of each weight (looked
+ * up by its name in the program's named data), so memory does not grow with
+ * the number of buckets. For measurements and as an escape hatch.
+ */
+#define EDGENLP_OPEN_NO_WEIGHT_CACHE 4u
 
 /* edgenlp_open with flags; unknown flag bits give EDGENLP_ERR_INVALID_ARGUMENT. Since 0.2. */
 EDGENLP_API edgenlp_status edgenlp_open_ex(const char* bundle_dir, uint32_t flags, edgenlp_handle** out);
@@ -170,6 +178,8 @@ EDGENLP_API edgenlp_status edgenlp_max_seq_len(const edgenlp_handle* handle, siz
  * into mask[] (mask may be NULL). capacity is the length of ids/mask; when
  * it is too small, *n_tokens is set to the needed length and
  * EDGENLP_ERR_BUFFER_TOO_SMALL is returned. Works without model.pte.
+ * For a bundle with a trimmed vocabulary (manifest tokenizer.vocab_map) the
+ * ids are the model's new ids; pieces the model does not keep are [UNK].
  */
 EDGENLP_API edgenlp_status edgenlp_tokenize(edgenlp_handle* handle, const char* text, size_t text_len,
                                             int64_t* ids, int64_t* mask, size_t capacity,

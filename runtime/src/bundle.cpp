@@ -238,6 +238,28 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
     if (!vbytes) return read_status;
     out->vocab_text.assign(vbytes->view());
   }
+  // Trimmed vocabulary (optional): {"kept": [original id of new id 0, 1, ...]}
+  if (const json::Value* vm = tok->get("vocab_map"); vm != nullptr && !vm->is_null()) {
+    if (!vm->is_string() || !safe_relative(vm->as_string()))
+      return invalid("\"tokenizer.vocab_map\" must name the vocabulary map file");
+    if (!listed(vm->as_string())) return invalid("\"tokenizer.vocab_map\" file is not listed in \"files\"");
+    out->vocab_map_path = dir + "/" + vm->as_string();
+    const auto mbytes = read_verified(vm->as_string());
+    if (!mbytes) return read_status;
+    json::Value mv;
+    if (mbytes->size() > kMaxManifestBytes || !json::parse(mbytes->view(), &mv, &jerr) || !mv.is_object())
+      return invalid(vm->as_string() + " is not a JSON object");
+    const json::Value* kept = mv.get("kept");
+    if (kept == nullptr || !kept->is_array() || kept->as_array().empty())
+      return invalid(vm->as_string() + ": \"kept\" must be a non-empty list of token ids");
+    out->vocab_kept.reserve(kept->as_array().size());
+    for (const auto& k : kept->as_array()) {
+      const double d = k.is_number() ? k.as_number() : -1.0;
+      if (!(d >= 0 && d < 9007199254740992.0) || d != static_cast<double>(static_cast<std::int64_t>(d)))
+        return invalid(vm->as_string() + ": \"kept\" must hold non-negative integer token ids");
+      out->vocab_kept.push_back(static_cast<std::int64_t>(d));
+    }
+  }
   WordPieceConfig& tc = out->tokenizer;
   auto get_bool = [&](const char* key, bool* dst) -> bool {
     const json::Value* v = tok->get(key);

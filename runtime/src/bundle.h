@@ -54,6 +54,8 @@ struct BundleInfo {
   WordPieceConfig tokenizer;
   std::string vocab_path;
   std::string vocab_text;            // its contents (verified unless verification was skipped)
+  std::string vocab_map_path;        // trimmed vocabulary: tokenizer.vocab_map (empty when absent)
+  std::vector<std::int64_t> vocab_kept;  // its "kept" list: original id of each new id
   std::size_t max_seq_len = 0;
   std::string pte_path;              // empty when the bundle has no ExecuTorch program
   std::shared_ptr<const FileBytes> pte;  // its bytes (verified unless verification was skipped)

@@ -16,6 +16,8 @@
 
 #include <executorch/devtools/etdump/etdump_flatcc.h>
 #include <executorch/extension/module/module.h>
+#include <executorch/runtime/backend/backend_options_map.h>
+#include <executorch/runtime/backend/options.h>
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 #include <executorch/runtime/executor/program.h>
 #include <executorch/runtime/platform/runtime.h>
@@ -162,7 +164,18 @@ struct edgenlp_handle {
     if (etdump) tracer = std::make_unique<executorch::etdump::ETDumpGen>();
     module = std::make_unique<Module>(std::make_unique<VerifiedBytesLoader>(info.pte), nullptr, nullptr,
                                       std::move(tracer));
-    const Error le = module->load(executorch::runtime::Program::Verification::InternalConsistency);
+    // XNNPACK's weights cache: the delegates of all bucket methods look their
+    // weights up by name in the program's named data and share one packed
+    // copy (the Module deep-copies the options).
+    executorch::runtime::BackendOptions<1> xnn;
+    executorch::runtime::LoadBackendOptionsMap backend_options;
+    const bool weight_cache = (flags & EDGENLP_OPEN_NO_WEIGHT_CACHE) == 0;
+    if (xnn.set_option("weight_cache_enabled", weight_cache) != Error::Ok ||
+        backend_options.set_options("XnnpackBackend", xnn.view()) != Error::Ok) {
+      module.reset();
+      return fail(EDGENLP_ERR_INTERNAL, "cannot set the XNNPACK backend options");
+    }
+    const Error le = module->load(backend_options, executorch::runtime::Program::Verification::InternalConsistency);
     if (le != Error::Ok) {
       module.reset();
       return fail(EDGENLP_ERR_MODEL, info.pte_path + ": not a valid ExecuTorch program (" + et_error(le) + ")");
@@ -239,6 +252,9 @@ struct edgenlp_handle {
     }
     if (!tokenizer.load_from_string(info.vocab_text, info.tokenizer, &err))
       return fail(EDGENLP_ERR_BUNDLE, info.vocab_path + ": " + err);
+    if (!info.vocab_map_path.empty() && !tokenizer.set_id_map(info.vocab_kept, &err))
+      return fail(EDGENLP_ERR_BUNDLE, info.vocab_map_path + ": " + err);
+    std::vector<std::int64_t>().swap(info.vocab_kept);
     std::string().swap(info.vocab_text);
     tokenizer_ready = true;
     classify_limit = info.max_seq_len;
@@ -411,7 +427,8 @@ EDGENLP_API edgenlp_status edgenlp_open_ex(const char* bundle_dir, uint32_t flag
       g_handles.insert(h);
     }
     if (bundle_dir == nullptr) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "bundle_dir is NULL");
-    constexpr std::uint32_t known = EDGENLP_OPEN_SKIP_VERIFY | EDGENLP_OPEN_LOAD_ALL_METHODS;
+    constexpr std::uint32_t known =
+        EDGENLP_OPEN_SKIP_VERIFY | EDGENLP_OPEN_LOAD_ALL_METHODS | EDGENLP_OPEN_NO_WEIGHT_CACHE;
     if ((flags & ~known) != 0)
       return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "unknown edgenlp_open_ex flags 0x" + [&] {
         char buf[16];

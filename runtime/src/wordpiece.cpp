@@ -47,6 +47,41 @@ bool WordPiece::load_from_string(std::string_view text, const WordPieceConfig& c
   return true;
 }
 
+bool WordPiece::set_id_map(const std::vector<std::int64_t>& kept, std::string* error) {
+  constexpr std::int64_t kDropped = -1;
+  std::vector<std::int64_t> to_new(vocab_size_, kDropped);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    const std::int64_t orig = kept[i];
+    if (orig < 0 || static_cast<std::size_t>(orig) >= vocab_size_) {
+      *error = "vocabulary map entry " + std::to_string(i) + " is " + std::to_string(orig) +
+               ", outside the vocabulary (" + std::to_string(vocab_size_) + " tokens)";
+      return false;
+    }
+    if (to_new[static_cast<std::size_t>(orig)] != kDropped) {
+      *error = "vocabulary map keeps id " + std::to_string(orig) + " twice";
+      return false;
+    }
+    to_new[static_cast<std::size_t>(orig)] = static_cast<std::int64_t>(i);
+  }
+  const std::pair<const std::string*, std::int64_t*> specials[] = {
+      {&config_.cls_token, &cls_id_}, {&config_.sep_token, &sep_id_},
+      {&config_.pad_token, &pad_id_}, {&config_.unk_token, &unk_id_}};
+  for (const auto& [name, id] : specials) {
+    if (to_new[static_cast<std::size_t>(*id)] == kDropped) {
+      *error = "vocabulary map drops the special token " + *name;
+      return false;
+    }
+  }
+  const std::int64_t unk = to_new[static_cast<std::size_t>(unk_id_)];
+  for (auto& [token, id] : vocab_) {
+    const std::int64_t n = to_new[static_cast<std::size_t>(id)];
+    id = n == kDropped ? unk : n;
+  }
+  for (const auto& [name, id] : specials) *id = to_new[static_cast<std::size_t>(*id)];
+  vocab_size_ = kept.size();
+  return true;
+}
+
 void WordPiece::encode_word(const std::string& word, std::size_t n_chars, std::vector<std::int64_t>* ids) const {
   if (n_chars > config_.max_input_chars_per_word) {
     ids->push_back(unk_id_);

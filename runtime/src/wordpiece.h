@@ -45,6 +45,13 @@ class WordPiece {
   TokenizeResult encode(std::string_view text, std::size_t max_len, std::vector<std::int64_t>* ids,
                         std::string* error) const;
 
+  // Trimmed vocabulary: kept[new_id] is the original id (line of vocab.txt)
+  // the model's embedding row new_id stands for. Afterwards encode() returns
+  // new ids and every piece whose original id is not kept becomes [UNK]
+  // (its new id). The special tokens must be kept and ids must be distinct
+  // and in range; false and *error otherwise (the tokenizer is unchanged).
+  bool set_id_map(const std::vector<std::int64_t>& kept, std::string* error);
+
   std::int64_t pad_id() const { return pad_id_; }
   std::size_t vocab_size() const { return vocab_size_; }
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from native_testing import MINILM_VOCAB, build, write_bundle  # noqa: F401
+from native_testing import DATA, MINILM_VOCAB, SENTENCES, build, cached_bundle, trim_ids, write_bundle  # noqa: F401
 
 
 @pytest.fixture(scope="session")
@@ -35,3 +35,43 @@ def hf_tokenizer():
     tok = build_tokenizer(MINILM_VOCAB, {"do_lower_case": True})
     assert tok("hello world")["input_ids"] == [101, 7592, 2088, 102]
     return tok
+
+
+# Variants: name -> write_bundle arguments (besides vocab_map).
+VARIANTS = {
+    "int8": {"linears": "int8", "embeddings": "int8"},
+    "int4": {"linears": "int4", "embeddings": "int4"},
+}
+
+
+def _tsv(split: str, n: int) -> list[str]:
+    path = DATA / "sst2" / f"{split}.tsv"
+    if not path.is_file():
+        return []
+    from edgenlp.data.tasks import read_tsv
+
+    return list(read_tsv(path).texts)[:n]
+
+
+@pytest.fixture(scope="session")
+def train_texts() -> list[str]:
+    return _tsv("train", 200) or SENTENCES[:2]
+
+
+@pytest.fixture(scope="session")
+def eval_texts() -> list[str]:
+    return SENTENCES + _tsv("dev", 24)
+
+
+@pytest.fixture(scope="session")
+def kept(hf_tokenizer, train_texts) -> list[int]:
+    return trim_ids(train_texts, hf_tokenizer)
+
+
+@pytest.fixture(scope="session")
+def quant_bundles(host_build, kept):
+    out = {name: cached_bundle(f"tiny-{name}", **kw) for name, kw in VARIANTS.items()}
+    out["trimmed"] = cached_bundle("tiny-trimmed", linears="int8", embeddings="int4", vocab_map=kept)
+    return out
+
+

@@ -104,8 +104,16 @@ def sha256(path: Path) -> str:
 
 
 def write_bundle(out: Path, *, vocab: Path = MINILM_VOCAB, buckets: tuple[int, ...] = (32, 128),
-                 max_seq_len: int = 128, with_pte: bool = True, config: TinyConfig = TinyConfig()) -> Path:
-    """Write the bundle to `out` (replaced if present) and return it."""
+                 max_seq_len: int = 128, with_pte: bool = True, config: TinyConfig = TinyConfig(),
+                 linears: str | None = None, embeddings: str | None = None,
+                 vocab_map: list[int] | None = None) -> Path:
+    """Write the bundle to `out` (replaced if present) and return it.
+
+    ``linears`` ("int8"|"int4") and ``embeddings`` ("int8"|"int4") quantize the
+    program (:mod:`quant_programs`). ``vocab_map`` (original ids in new-id order)
+    trims the vocabulary: the model then has ``len(vocab_map)`` embedding rows and
+    the bundle carries ``vocab_map.json`` named by ``tokenizer.vocab_map``.
+    """
     labels = [str(i) for i in range(config.num_labels)]
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -115,21 +123,27 @@ def write_bundle(out: Path, *, vocab: Path = MINILM_VOCAB, buckets: tuple[int, .
     artifacts: dict = {}
     if with_pte:
         import torch
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-        from executorch.exir import to_edge_transform_and_lower
 
-        vocab_size = sum(1 for _ in vocab.open(encoding="utf-8"))
+        from quant_programs import lower, quantize_embedding
+
+        vocab_size = len(vocab_map) if vocab_map is not None else sum(1 for _ in vocab.open(encoding="utf-8"))
         model = build_model(config, vocab_size)
-        programs = {}
-        for L in buckets:
-            ids = torch.randint(0, vocab_size, (1, L), dtype=torch.long)
-            mask = torch.ones(1, L, dtype=torch.long)
-            programs[f"forward_{L}"] = torch.export.export(model, (ids, mask))
-        et = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch()
-        (tmp / "model.pte").write_bytes(et.buffer)
+        if embeddings is not None:
+            quantize_embedding(model, "tok", bits={"int8": 8, "int4": 4}[embeddings])
+        g = torch.Generator().manual_seed(config.seed)
+        inputs = {f"forward_{L}": (torch.randint(0, vocab_size, (1, L), dtype=torch.long, generator=g),
+                                   torch.ones(1, L, dtype=torch.long)) for L in buckets}
+        (tmp / "model.pte").write_bytes(lower(model, inputs, linears=linears))
         artifacts["pte"] = {"file": "model.pte",
                             "methods": [{"name": f"forward_{L}", "seq_len": L} for L in buckets],
                             "backend": "xnnpack"}
+    tokenizer = {"type": "wordpiece", "vocab": "vocab.txt", "do_lower_case": True, "strip_accents": None,
+                 "tokenize_chinese_chars": True, "cls_token": "[CLS]", "sep_token": "[SEP]",
+                 "pad_token": "[PAD]", "unk_token": "[UNK]", "max_input_chars_per_word": 100}
+    if vocab_map is not None:
+        (tmp / "vocab_map.json").write_text(json.dumps({"format": "edgenlp-vocab-map", "version": 1,
+                                                        "kept": list(vocab_map)}))
+        tokenizer["vocab_map"] = "vocab_map.json"
     files = {p.name: sha256(p) for p in sorted(tmp.iterdir())}
     manifest = {
         "format": "edgenlp-bundle",
@@ -137,9 +151,7 @@ def write_bundle(out: Path, *, vocab: Path = MINILM_VOCAB, buckets: tuple[int, .
         "model": {"name": "tiny-test", "family": "bert", "num_layers": config.layers, "hidden": config.hidden},
         "task": {"name": "test"},
         "labels": labels,
-        "tokenizer": {"type": "wordpiece", "vocab": "vocab.txt", "do_lower_case": True, "strip_accents": None,
-                      "tokenize_chinese_chars": True, "cls_token": "[CLS]", "sep_token": "[SEP]",
-                      "pad_token": "[PAD]", "unk_token": "[UNK]", "max_input_chars_per_word": 100},
+        "tokenizer": tokenizer,
         "max_seq_len": max_seq_len,
         "inputs": [{"name": "input_ids", "dtype": "int64", "shape": [1, "seq"]},
                    {"name": "attention_mask", "dtype": "int64", "shape": [1, "seq"]}],
@@ -165,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buckets", type=parse_int_list, default="32,128", help="comma-separated sequence-length buckets")
     ap.add_argument("--max-seq-len", type=int, default=128)
     ap.add_argument("--no-pte", action="store_true", help="tokenizer-only bundle")
+    ap.add_argument("--linears", choices=["int8", "int4"], default=None, help="quantize the linears")
+    ap.add_argument("--embeddings", choices=["int8", "int4"], default=None, help="quantize the word embeddings")
     args = ap.parse_args(argv)
     write_bundle(args.out, vocab=args.vocab, buckets=args.buckets, max_seq_len=args.max_seq_len,
-                 with_pte=not args.no_pte)
+                 with_pte=not args.no_pte, linears=args.linears, embeddings=args.embeddings)
     log.info("wrote %s", args.out)
     return 0
 

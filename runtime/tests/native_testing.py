@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -21,6 +22,15 @@ from edgenlp.data.tasks import default_data_dir  # noqa: E402
 
 DATA = default_data_dir()  # $EDGENLP_DATA_DIR or ../shared/data, as the CLI finds it
 
+# Texts for the quantized-bundle tests (unicode, punctuation, one long enough for a 128 bucket).
+SENTENCES = [
+    "it 's a charming and often affecting journey . ",
+    "unflinchingly bleak and desperate ",
+    "Hello, World! A naïve café-goer's résumé (2nd edition) — 中文 😀",
+    "It's not THAT bad... is it?!",
+    "word " * 40,
+]
+
 
 def build(*args: str) -> Path:
     """Run runtime/build.sh with args; return the build dir it printed."""
@@ -35,3 +45,33 @@ def build(*args: str) -> Path:
 
 def hf_ids(tok, texts, *, max_len: int) -> list[list[int]]:
     return tok(list(texts), truncation=True, max_length=max_len)["input_ids"]
+
+
+CACHE = REPO / ".cache" / "native-test-bundles"
+
+
+def cached_bundle(name: str, **kwargs) -> Path:
+    """write_bundle(**kwargs) once per content: reused across sessions from .cache/ (lowering takes minutes).
+
+    The key covers the generating sources, the arguments and the torch /
+    executorch / torchao versions, so any change rebuilds.
+    """
+    from importlib.metadata import version
+
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for src in ("make_test_bundle.py", "quant_programs.py"):
+        h.update((here / src).read_bytes())
+    h.update(repr(sorted(kwargs.items())).encode())
+    h.update(" ".join(version(p) for p in ("torch", "executorch", "torchao")).encode())
+    out = CACHE / f"{name}-{h.hexdigest()[:16]}"
+    if not (out / "manifest.json").is_file():
+        write_bundle(out, **kwargs)
+    return out
+
+
+def trim_ids(texts, tok) -> list[int]:
+    """A trimmed vocabulary for ``texts``: the special tokens, then every id they use (sorted)."""
+    specials = [tok.convert_tokens_to_ids(t) for t in (tok.pad_token, tok.unk_token, tok.cls_token, tok.sep_token)]
+    used = {i for row in tok(list(texts))["input_ids"] for i in row}
+    return specials + sorted(used - set(specials))

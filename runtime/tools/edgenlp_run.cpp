@@ -9,6 +9,7 @@
 //   edgenlp-run BUNDLE --etdump run.etdp "text"    also write an ExecuTorch ETDump
 //   --no-verify      skip the sha256 check of the bundle files (EDGENLP_OPEN_SKIP_VERIFY)
 //   --load-all       load every method at open (EDGENLP_OPEN_LOAD_ALL_METHODS)
+//   --no-weight-cache  one packed weight copy per method (EDGENLP_OPEN_NO_WEIGHT_CACHE)
 //
 // Exit status: 0 success, 2 bad usage or input (bundle, text), 1 runtime failure.
 #include <sys/resource.h>
@@ -28,7 +29,8 @@ namespace {
 
 const char* kUsage =
     "usage: edgenlp-run BUNDLE [TEXT ...] [--input FILE] [--json] [--tokenize] [--threads T]\n"
-    "                   [--bench N --seq-len L [--warmup W]] [--etdump FILE] [--no-verify] [--load-all]\n";
+    "                   [--bench N --seq-len L [--warmup W]] [--etdump FILE] [--no-verify] [--load-all]\n"
+    "                   [--no-weight-cache]\n";
 
 struct Options {
   std::string bundle;
@@ -75,6 +77,8 @@ Options parse_args(int argc, char** argv) {
       o.open_flags |= EDGENLP_OPEN_SKIP_VERIFY;
     } else if (a == "--load-all") {
       o.open_flags |= EDGENLP_OPEN_LOAD_ALL_METHODS;
+    } else if (a == "--no-weight-cache") {
+      o.open_flags |= EDGENLP_OPEN_NO_WEIGHT_CACHE;
     } else if (a == "--tokenize") {
       o.tokenize = true;
     } else if (a == "--input") {

@@ -79,13 +79,17 @@ class BundleRunner(Runner):
         self.labels = self.bundle.labels
         self.threads = threads
         tok = self.bundle.tokenizer
-        self.pad_id = tok.pad_token_id or 0
         self._tok = tok
+        self.id_map = self.bundle.id_map
+        pad = tok.pad_token_id or 0
+        self.pad_id = self.id_map.apply([pad])[0] if self.id_map is not None else pad
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids as the model reads them (remapped through the bundle's vocabulary map when trimmed)."""
         from edgenlp.models.tokenizer import token_ids
 
-        return token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
+        ids = token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
+        return [self.id_map.apply(x) for x in ids] if self.id_map is not None else ids
 
 
 RunnerFactory = Callable[..., Runner]  # (target, *, threads) -> Runner

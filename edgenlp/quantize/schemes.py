@@ -100,6 +100,12 @@ def fake_quantize(model, config, *, inplace: bool = False):
         chosen = {n for n, b in bits.items() if b == width}
         if chosen:
             quantize_(m, _linear_config(width, config.group_size), filter_fn=lambda mod, fqn, c=chosen: fqn in c)
+    modules = dict(m.named_modules())
+    with torch.no_grad():
+        for name, b in bits.items():
+            if b == 4:  # XNNPACK's blockwise int4 kernels keep group scales in bf16: make the reference do the same
+                scale = modules[name].weight.scale
+                scale.copy_(scale.to(torch.bfloat16).to(scale.dtype))
     if config.embeddings:
         quantize_(m, _embedding_config(config.embeddings), filter_fn=lambda mod, fqn: fqn == WORD_EMBEDDING)
     return m

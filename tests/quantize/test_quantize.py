@@ -213,7 +213,7 @@ def test_trimmed_vocabulary_keeps_training_predictions(mixed_trimmed_bundle, tas
     with torch.no_grad():
         ref = np.stack([untrimmed(torch.tensor([x]), torch.ones(1, len(x), dtype=torch.long))[0].numpy() for x in full])
     assert (got.argmax(-1) == ref.argmax(-1)).all()
-    assert np.abs(got - ref).max() < 0.1  # int4 lowering tolerance (bf16 group scales in XNNPACK)
+    assert np.abs(got - ref).max() < 5e-3  # the int4 lowering tolerance
 
 
 # -------------------------------------------------------------------- guard and errors

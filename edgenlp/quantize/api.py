@@ -38,8 +38,7 @@ CALIBRATION_SENTENCES = 64
 REPORT = "quantize.json"
 
 
-class QuantizeError(EdgeNLPError):
-    """A size budget or accuracy limit that quantization cannot meet (nothing is written)."""
+from edgenlp.quantize.sensitivity import QuantizeError  # noqa: E402  (re-exported)
 
 
 @dataclass

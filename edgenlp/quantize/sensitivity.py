@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 STEPS = {4: 8, 8: 32}  # one precision up
 
 
+class QuantizeError(EdgeNLPError):
+    """A size budget or accuracy limit that quantization cannot meet (nothing is written)."""
+
+
 def _logits(model, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return model(ids, mask).float()
@@ -76,7 +80,7 @@ def allocate_bits(model, config, sensitivity: dict[str, dict[int, float]], *, bu
     bits = {n: min(s) for n, s in sensitivity.items()}
     size = weight_bytes(model, bits, group_size=config.group_size, embeddings=config.embeddings)
     if size > budget_bytes:
-        raise EdgeNLPError(
+        raise QuantizeError(
             f"--size-mb {budget_bytes / 1e6:.2f} cannot be met: the smallest this model gets "
             f"(int4 linears{', ' + config.embeddings + ' embeddings' if config.embeddings else ''}) is {size / 1e6:.2f} MB"
         )

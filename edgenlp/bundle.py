@@ -28,6 +28,12 @@ Manifest keys (``format_version`` 1)::
     applied     [{step, version, config{type, version, ...}, result{...}}]   the typed recipe
                 (edgenlp.recipe): fine-tuning, pruning, quantization, export
     parity      {runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement, passed[, fp32{...}]}}
+    quantization (quantized bundles only) {scheme, linears{module name: 32|8|4}, group_size,
+                activations, weights, embeddings (null|"int8"|"int4"), vocab_map (null|"vocab_map.json"),
+                kept_tokens, fallbacks[str], predicted_weight_bytes}
+    tokenizer.id_map (trimmed vocabulary only) "vocab_map.json": full-vocabulary id -> model id
+                (edgenlp.quantize.vocab: {"format": "edgenlp-vocab-map", "version": 1,
+                "source_vocab_size", "unk_id" (new id), "kept": [ascending old ids]})
     export      {config{...}, seconds{...}, environment{...}}
 
 Trimmed vocabulary (optional ``tokenizer.vocab_map``): the model's embedding
@@ -198,6 +204,10 @@ class Bundle:
         vocab = self.manifest["tokenizer"].get("vocab", "vocab.txt")
         if not (self.path / vocab).is_file():
             raise BundleError(f"{self.path}: missing vocabulary {vocab}")
+        if "quantization" in self.manifest or self.manifest["tokenizer"].get("id_map"):
+            from edgenlp.quantize.metadata import check_quantization
+
+            check_quantization(self)
 
     # ---------------------------------------------------------------- accessors
 
@@ -252,8 +262,21 @@ class Bundle:
 
     def remap_ids(self, ids) -> list[int]:
         """Token ids from :attr:`tokenizer` as the model takes them (identity without a vocabulary map)."""
+        if self.id_map is not None:
+            return self.id_map.apply(list(ids))
         vmap = self.vocab_map
         return list(ids) if vmap is None else vmap.remap(ids)
+
+    @cached_property
+    def id_map(self):
+        """The :class:`edgenlp.quantize.vocab.IdMap` of a trimmed vocabulary, else None."""
+        name = self.manifest["tokenizer"].get("id_map")
+        if not name:
+            return None
+        from edgenlp.quantize.vocab import IdMap
+
+        rows = (self.manifest.get("model") or {}).get("shape", {}).get("vocab_size")
+        return IdMap.load(self.path / name, vocab_size=rows if isinstance(rows, int) else None)
 
     @cached_property
     def recipe(self):

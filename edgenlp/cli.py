@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("edgenlp.run.cli", "run_cmd", "Classify texts with a bundle."),
     "eval": ("edgenlp.run.cli", "eval_cmd", "Measure a bundle's accuracy through its runtime."),
     "inspect": ("edgenlp.export.cli", "inspect_cmd", "Verify a bundle and print its manifest."),
+    "quantize": ("edgenlp.quantize.cli", "quantize_cmd", "Quantize a model to an int8/int4/mixed bundle with an accuracy guard."),
     "profile": ("edgenlp.profile.cli", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
     "finetune": ("edgenlp.finetune.cli", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
     "prune": ("edgenlp.prune.cli", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),

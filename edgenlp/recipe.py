@@ -46,6 +46,7 @@ _BUILTIN_STEPS: dict[str, str] = {
     "finetune": "edgenlp.finetune.config:FinetuneConfig",
     "export": "edgenlp.export.api:ExportConfig",
     "prune": "edgenlp.prune.config:PruneConfig",
+    "quantize": "edgenlp.quantize.config:QuantizeConfig",
 }
 _REGISTRY: dict[str, type[Config]] = {}
 
@@ -147,16 +148,23 @@ class ParityPolicy:
     max |logit difference| against it. ``compare_fp32`` also reports the
     difference and argmax agreement against the unmodified fp32 model
     (the error the step itself introduces), without gating on it.
+    ``runtime_tolerance`` overrides the tolerance per runtime name (e.g. ONNX
+    Runtime quantizes activations its own way, so its distance to a
+    fake-quantized reference is larger than XNNPACK's).
     """
 
     name: str
     tolerance: float
     reference: Callable[[Any], Any] | None = None  # model -> eager reference model; None = the model itself
     compare_fp32: bool = False
+    runtime_tolerance: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.tolerance > 0:
-            raise ValueError(f"tolerance must be > 0, got {self.tolerance}")
+        if not self.tolerance > 0 or any(not t > 0 for _, t in self.runtime_tolerance):
+            raise ValueError(f"tolerances must be > 0, got {self.tolerance}, {self.runtime_tolerance}")
+
+    def tolerance_for(self, runtime: str) -> float:
+        return dict(self.runtime_tolerance).get(runtime, self.tolerance)
 
     def reference_model(self, model):
         return model if self.reference is None else self.reference(model)

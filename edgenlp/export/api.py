@@ -76,8 +76,8 @@ class ExportConfig(Config):
         return self.buckets or default_buckets(self.max_seq_len)
 
 
-def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int) -> np.ndarray:
-    """Logits of each text run alone (no padding) through eager PyTorch."""
+def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int, *, id_map=None) -> np.ndarray:
+    """Logits of each text run alone (no padding) through eager PyTorch (ids remapped by ``id_map`` when trimmed)."""
     import torch
 
     from edgenlp.models.tokenizer import token_ids
@@ -85,6 +85,7 @@ def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int) -> np
     out = []
     with torch.no_grad():
         for ids in token_ids(tokenizer, texts, max_len=max_len):
+            ids = id_map.apply(ids) if id_map is not None else ids
             x = torch.tensor([ids], dtype=torch.int64)
             out.append(model(x, torch.ones_like(x)).numpy()[0])
     return np.stack(out)
@@ -105,24 +106,27 @@ def check_parity(
     max_len: int,
     tolerance: float | None = None,
     runner_factory: Callable[..., "object"] | None = None,
+    id_map=None,
 ) -> dict:
     """Parity of each lowered format against the policy's eager reference, through real runners.
 
     Returns ``{runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement,
     passed[, fp32]}}``: the lowering error against ``policy.reference_model(model)``
     (gated by the tolerance) and, when ``policy.compare_fp32``, the difference to
-    the unmodified fp32 model under ``fp32`` (reported, not gated).
+    the unmodified fp32 model under ``fp32`` (reported, not gated): for a
+    quantized model the first is the lowering error, the second the
+    quantization error. ``id_map`` remaps token ids of a trimmed vocabulary.
     """
     from edgenlp.bundle import FORMAT_RUNTIME
     from edgenlp.run.base import get_runner
 
     make_runner = runner_factory or get_runner
-    tol = tolerance if tolerance is not None else policy.tolerance
-    ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len)
-    fp32 = _eager_reference(model, tokenizer, texts, max_len) if policy.compare_fp32 else None
+    ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len, id_map=id_map)
+    fp32 = _eager_reference(model, tokenizer, texts, max_len, id_map=id_map) if policy.compare_fp32 else None
     out = {}
     for fmt in formats:
         runtime = FORMAT_RUNTIME[fmt]
+        tol = tolerance if tolerance is not None else policy.tolerance_for(runtime)
         t0 = time.perf_counter()
         with make_runner(bundle_dir, runtime=runtime) as runner:
             got = runner.predict_logits(texts)
@@ -134,6 +138,22 @@ def check_parity(
         out[runtime] = p
         log.info("parity %s (%s): max |diff| %.2e over %d sentences", runtime, policy.name, p["max_abs_diff"], len(texts))
     return out
+
+
+def _apply_quantize_step(model, recipe: tuple, *, tokenizer, task):
+    """Resolve the last ``quantize`` step of ``recipe`` on ``model``: trimmed model, resolved step, plan.
+
+    Returns ``(model, recipe, QuantizedExport | None)``; the step in the
+    returned recipe lists every linear's bits and records fallbacks.
+    """
+    idx = [i for i, s in enumerate(recipe) if s.type == "quantize"]
+    if not idx:
+        return model, recipe, None
+    from edgenlp.quantize.export import plan_quantized_export
+
+    i = idx[-1]
+    model, step, quant = plan_quantized_export(model, recipe[i], tokenizer=tokenizer, task=task)
+    return model, (*recipe[:i], step, *recipe[i + 1 :]), quant
 
 
 def export_bundle(
@@ -167,10 +187,11 @@ def export_bundle(
     model = model.eval()
     if model.shape.max_positions < config.max_seq_len:
         raise EdgeNLPError(f"--seq-len {config.max_seq_len} exceeds the model's {model.shape.max_positions} positions")
+    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
+    model, recipe, quant = _apply_quantize_step(model, tuple(recipe), tokenizer=tokenizer, task=task)
     steps = (*info.recipe, *recipe)
     policy = parity_policy(steps)
     texts = list(sample_texts or (task.dev.texts[: config.parity_samples] if task else FALLBACK_SENTENCES))
-    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
     seconds: dict[str, float] = {}
     artifacts: dict[str, dict] = {}
     out_dir = Path(out_dir)
@@ -179,7 +200,7 @@ def export_bundle(
             from edgenlp.export.executorch import to_pte
 
             log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
-            res = to_pte(model, buckets=config.resolved_buckets)
+            res = to_pte(model, buckets=config.resolved_buckets, transform=quant.transform if quant else None)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds
@@ -188,18 +209,30 @@ def export_bundle(
 
             log.info("exporting to ONNX")
             res = to_onnx(model, max_seq_len=config.max_seq_len)
-            (tmp / "model.onnx").write_bytes(res.data)
+            data = res.data
+            if quant is not None:
+                from edgenlp.quantize.onnx import quantize_onnx
+
+                log.info("quantizing the ONNX model with ONNX Runtime's tools")
+                data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
+            (tmp / "model.onnx").write_bytes(data)
             artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
             seconds["onnx"] = res.seconds
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")
         tok_settings = {**info.tokenizer, "vocab": "vocab.txt", "type": "wordpiece"}
+        if quant is not None and quant.id_map is not None:
+            from edgenlp.quantize.vocab import MAP_FILE
+
+            quant.id_map.save(tmp / MAP_FILE)
+            tok_settings["id_map"] = MAP_FILE
+            tok_settings["vocab_map"] = MAP_FILE  # the key the native runtime reads (same file)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "edgenlp_version": __version__,
-            "model": {**info.to_dict(), "params": sum(p.numel() for p in model.parameters())},
+            "model": {**info.to_dict(), "shape": model.shape.to_dict(), "params": sum(p.numel() for p in model.parameters())},
             "task": task.to_dict() if task is not None else None,
             "labels": list(model.labels),
             "tokenizer": tok_settings,
@@ -212,6 +245,7 @@ def export_bundle(
             "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, model.num_labels]}],
             "artifacts": artifacts,
             "applied": recipe_to_list((*steps, Step("export", config))),
+            **({"quantization": quant.manifest_entry()} if quant is not None else {}),
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
         }
@@ -224,7 +258,7 @@ def export_bundle(
         # Parity through the real runtimes, on the bundle as written.
         manifest["parity"] = check_parity(tmp, model, policy, formats=config.formats, texts=texts, tokenizer=tokenizer,
                                           max_len=config.max_seq_len, tolerance=config.parity_tolerance,
-                                          runner_factory=runner_factory)
+                                          runner_factory=runner_factory, id_map=quant.id_map if quant else None)
         failures = [f"{rt} max |logit diff| {p['max_abs_diff']:.2e} > {p['tolerance']:.0e} ({p['policy']})"
                     for rt, p in manifest["parity"].items() if not p["passed"]]
         if failures:

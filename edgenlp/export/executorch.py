@@ -18,6 +18,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -30,6 +31,8 @@ NOT_DELEGATED_REASONS = {
     "aten.embedding.default": "token-embedding gather: XNNPACK has no gather op (runs as a portable kernel)",
     "dim_order_ops._to_dim_order_copy.default": "attention-mask dtype conversion int64 -> float32: XNNPACK converts no dtypes",
     "aten._to_copy.default": "dtype conversion: XNNPACK converts no dtypes",
+    "quantized_decomposed.embedding_byte.default": "int8 word-embedding gather (ExecuTorch quantized kernel): XNNPACK has no gather op",
+    "quantized_decomposed.embedding_4bit.default": "int4 word-embedding gather (ExecuTorch quantized kernel): XNNPACK has no gather op",
 }
 
 
@@ -40,6 +43,7 @@ class MethodReport:
     delegate_calls: int
     delegated_nodes: int
     non_delegated: dict[str, int]
+    linears: dict[str, int] = field(default_factory=dict)  # delegated linears by weight precision (fp32, int8, int4)
 
     def to_dict(self) -> dict:
         out = {
@@ -48,6 +52,7 @@ class MethodReport:
             "delegate_calls": self.delegate_calls,
             "delegated_nodes": self.delegated_nodes,
             "non_delegated_ops": self.non_delegated,
+            "delegated_linears": self.linears,
         }
         reasons = {op: NOT_DELEGATED_REASONS.get(op, "not supported by the XNNPACK partitioner") for op in self.non_delegated}
         if reasons:
@@ -71,24 +76,48 @@ class PteResult:
         }
 
 
-def _method_report(name: str, seq_len: int, graph_module: torch.fx.GraphModule) -> MethodReport:
+def _target_name(node) -> str:
+    """``namespace.op.overload`` of an edge or emitted op (emitted ops are plain OpOverloads)."""
+    if isinstance(node.target, torch._ops.OpOverload):
+        return str(node.target)
+    return str(getattr(node.target, "__name__", node.target))
+
+
+def _weight_precision(node) -> str:
+    """fp32/int8/int4 of a delegated linear, from what produces its weight (a torchao dequantize or a parameter)."""
+    w = node.args[1] if len(node.args) > 1 else None
+    if isinstance(w, torch.fx.Node) and "dequantize_affine" in _target_name(w):
+        qmin = w.args[5] if len(w.args) > 5 else w.kwargs.get("quant_min")
+        return "int4" if qmin is not None and qmin >= -8 else "int8"
+    return "fp32"
+
+
+def delegated_linears(edge_gm: torch.fx.GraphModule) -> dict[str, int]:
+    """Linears inside the XNNPACK delegates of a lowered edge graph, counted by weight precision."""
+    out = Counter()
+    for node in edge_gm.graph.nodes:
+        if node.op == "call_function" and _target_name(node) == "executorch_call_delegate":
+            lowered = getattr(edge_gm, node.args[0].target)
+            for inner in lowered.original_module.graph_module.graph.nodes:
+                if inner.op == "call_function" and _target_name(inner).startswith("aten.linear"):
+                    out[_weight_precision(inner)] += 1
+    return dict(out)
+
+
+def _method_report(name: str, seq_len: int, final_gm: torch.fx.GraphModule, *, delegated: int,
+                   linears: dict[str, int]) -> MethodReport:
+    """Delegate calls and the ops left outside XNNPACK in the program as emitted (after quant fusion)."""
     ops = Counter()
     calls = 0
-    for node in graph_module.graph.nodes:
+    for node in final_gm.graph.nodes:
         if node.op != "call_function":
             continue
-        target = str(getattr(node.target, "__name__", node.target))
+        target = _target_name(node)
         if target == "executorch_call_delegate":
             calls += 1
-        elif target != "getitem":
-            ops[target] += 1
-    try:
-        from executorch.devtools.backend_debug import get_delegation_info
-
-        delegated = get_delegation_info(graph_module).num_delegated_nodes
-    except Exception:  # pragma: no cover - devtools API drift
-        delegated = -1
-    return MethodReport(name, seq_len, calls, delegated, dict(ops))
+        elif target not in ("getitem", "alloc"):
+            ops[target[: -len(".out")] + ".default" if target.endswith(".out") else target] += 1
+    return MethodReport(name, seq_len, calls, delegated, dict(ops), linears)
 
 
 def default_buckets(max_seq_len: int) -> tuple[int, ...]:
@@ -103,27 +132,43 @@ def to_pte(
     buckets: tuple[int, ...],
     generate_etrecord: bool = False,
     prepared: bool = False,
+    transform: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
 ) -> PteResult:
     """Export ``model`` once per bucket and lower all methods into one ExecuTorch program.
 
     ``prepared=True`` means ``model`` already went through :func:`prepare`.
+    ``transform`` (e.g. quantization) is applied to the prepared copy before
+    export; the program then goes through ExecuTorch's quant-fusion pass,
+    which turns dequantize + embedding into its quantized embedding kernels.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     start = time.perf_counter()
     m = model if prepared else prepare(model)
+    if transform is not None:
+        m = transform(m)
     vocab = m.shape.vocab_size if hasattr(m, "shape") else 1000
     programs = {}
     for seq in buckets:
         with torch.no_grad():
             programs[f"forward_{seq}"] = torch.export.export(m, example_inputs(seq, vocab_size=vocab), strict=False)
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=generate_etrecord)
+    edge_gms = {name: edge.exported_program(name).graph_module for name in programs}
+    linears = {name: delegated_linears(gm) for name, gm in edge_gms.items()}
+    delegated = {}
+    for name, gm in edge_gms.items():
+        try:
+            from executorch.devtools.backend_debug import get_delegation_info
+
+            delegated[name] = get_delegation_info(gm).num_delegated_nodes
+        except Exception:  # pragma: no cover - devtools API drift
+            delegated[name] = -1
+    et = edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=transform is not None))
     reports = [
-        _method_report(name, seq, edge.exported_program(name).graph_module)
+        _method_report(name, seq, et.exported_program(name).graph_module, delegated=delegated[name], linears=linears[name])
         for name, seq in zip(programs, buckets)
     ]
-    et = edge.to_executorch()
     etrecord = et.get_etrecord() if generate_etrecord else None
     seconds = time.perf_counter() - start
     for r in reports:

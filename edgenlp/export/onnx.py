@@ -4,6 +4,14 @@ The graph takes ``input_ids`` and ``attention_mask`` (int64 ``[batch, seq]``,
 both dimensions dynamic, ``seq`` up to the bundle's maximum) and returns
 ``logits`` (float32 ``[batch, num_labels]``). Layer norms stay whole here:
 ONNX Runtime fuses ``LayerNormalization`` itself.
+
+The head's ``Gemm(transB=1)`` nodes are rewritten as ``MatMul`` + ``Add`` with a
+pre-transposed weight, like every encoder linear: ONNX Runtime's quantizers
+(``quantize_dynamic`` per channel, ``MatMulNBits``) then see one linear form, and
+the model passes ``onnx.shape_inference.infer_shapes(strict_mode=True)`` and the
+checker before and after quantization. Each MatMul keeps the exporter's
+``pkg.torch.onnx.name_scopes`` metadata, which names the module it came from
+(:func:`linear_nodes`).
 """
 
 from __future__ import annotations
@@ -60,7 +68,79 @@ def to_onnx(model: torch.nn.Module, *, max_seq_len: int) -> OnnxResult:
             optimize=True,
             verbose=False,
         )
-    proto = prog.model_proto
-    onnx.checker.check_model(proto)
+    proto = gemm_to_matmul(prog.model_proto)
+    check_onnx(proto)
     ops = Counter(n.op_type for n in proto.graph.node)
     return OnnxResult(proto.SerializeToString(), time.perf_counter() - start, dict(sorted(ops.items())))
+
+
+def check_onnx(proto) -> None:
+    """ONNX's checker and strict shape inference (what ONNX Runtime's quantization tools run)."""
+    import onnx
+
+    onnx.checker.check_model(proto)
+    onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+
+
+def gemm_to_matmul(proto):
+    """Rewrite ``Gemm(A, W, C)`` with a constant ``W`` as ``MatMul(A, W') + C`` (``W'`` pre-transposed), in place."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    graph = proto.graph
+    inits = {t.name: t for t in graph.initializer}
+    users = {}
+    for n in graph.node:
+        for i in n.input:
+            users[i] = users.get(i, 0) + 1
+    new_nodes = []
+    for node in graph.node:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        if (node.op_type != "Gemm" or node.input[1] not in inits or attrs.get("transA", 0)
+                or attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0):
+            new_nodes.append(node)
+            continue
+        w = numpy_helper.to_array(inits[node.input[1]])
+        if attrs.get("transB", 0):
+            w = np.ascontiguousarray(w.T)
+        wname = node.input[1] + "_kn" if users.get(node.input[1], 0) > 1 else node.input[1]
+        if wname == node.input[1]:
+            graph.initializer.remove(inits[node.input[1]])
+        graph.initializer.append(numpy_helper.from_array(w, wname))
+        has_bias = len(node.input) > 2 and node.input[2]
+        mm_out = node.output[0] + "_mm" if has_bias else node.output[0]
+        mm = helper.make_node("MatMul", [node.input[0], wname], [mm_out], name=node.name + "_MatMul")
+        mm.metadata_props.extend(node.metadata_props)
+        new_nodes.append(mm)
+        if has_bias:
+            add = helper.make_node("Add", [mm_out, node.input[2]], [node.output[0]], name=node.name + "_Add")
+            add.metadata_props.extend(node.metadata_props)
+            new_nodes.append(add)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    # The exporter records value_info for initializers; a transposed weight's entry would contradict it.
+    stale = {n.input[1] for n in new_nodes if n.op_type == "MatMul"} | {n.input[1][: -len("_kn")] for n in new_nodes
+                                                                      if n.op_type == "MatMul" and n.input[1].endswith("_kn")}
+    keep = [v for v in graph.value_info if v.name not in stale]
+    del graph.value_info[:]
+    graph.value_info.extend(keep)
+    return proto
+
+
+def linear_nodes(proto) -> dict[str, str]:
+    """Module name (``layers.0.query``, ``classifier``) -> name of the MatMul node with its constant weight."""
+    inits = {t.name for t in proto.graph.initializer}
+    out = {}
+    for node in proto.graph.node:
+        if node.op_type != "MatMul" or node.input[1] not in inits:
+            continue
+        meta = {m.key: m.value for m in node.metadata_props}
+        scopes = meta.get("pkg.torch.onnx.name_scopes")
+        if not scopes:
+            continue
+        import ast
+
+        names = [s for s in ast.literal_eval(scopes) if s]
+        if len(names) >= 2:
+            out[names[-2]] = node.name
+    return out

@@ -22,6 +22,9 @@ def run(args: dict) -> dict:
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
+    from edgenlp.run.executorch import register_quantized_kernels
+
+    register_quantized_kernels()
 
     ids, mask = example_inputs(int(args["seq_len"]), batch=int(args["batch"]), vocab_size=int(args["vocab_size"]))
     runs, warmup = int(args["runs"]), int(args["warmup"])

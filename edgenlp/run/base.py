@@ -79,15 +79,15 @@ class BundleRunner(Runner):
         self.labels = self.bundle.labels
         self.threads = threads
         tok = self.bundle.tokenizer
-        self.pad_id = self.bundle.remap_ids([tok.pad_token_id or 0])[0]
         self._tok = tok
+        self.pad_id = self.bundle.remap_ids([tok.pad_token_id or 0])[0]
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Model input ids per text (remapped when the bundle's vocabulary is trimmed)."""
         from edgenlp.models.tokenizer import token_ids
 
         ids = token_ids(self._tok, texts, max_len=self.bundle.max_seq_len)
-        if self.bundle.vocab_map is None:
+        if self.bundle.id_map is None and self.bundle.vocab_map is None:
             return ids
         return [self.bundle.remap_ids(row) for row in ids]
 

@@ -26,12 +26,21 @@ def set_threads(threads: int | None) -> None:
         _unsafe_reset_threadpool(int(threads))
 
 
+def register_quantized_kernels() -> None:
+    """Register ExecuTorch's quantized portable kernels (``quantized_decomposed::embedding_byte`` / ``embedding_4bit``)."""
+    try:
+        import executorch.kernels.quantized  # noqa: F401  (registers the kernels on import)
+    except ImportError:  # pragma: no cover - a wheel without them: fp32 bundles still load
+        log.debug("executorch.kernels.quantized not available")
+
+
 def load_program(path: Path, **kwargs):
     # Registers ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte /
     # embedding_4bit, ...) with the runtime, for programs with quantized embeddings.
     import executorch.kernels.quantized  # noqa: F401
     from executorch.runtime import Runtime
 
+    register_quantized_kernels()
     try:
         with quiet_stderr():
             return Runtime.get().load_program(path, **kwargs)

@@ -1,0 +1,240 @@
+"""Benchmark quantization schemes on fine-tuned teachers: accuracy, size, latency (ExecuTorch, ONNX Runtime).
+
+For each task (teacher model directory with finetune.json), in one run:
+  * bundles: fp32, int8, int4, int8 + int8 embeddings, int4 + int4 embeddings,
+    int4 + int4 embeddings + trimmed vocabulary, mixed at two size budgets
+    (--budgets, fractions of the fp32 weight bytes);
+  * dev accuracy through the lowered ExecuTorch bundle (--dev-limit sentences);
+  * sizes of model.pte / model.onnx;
+  * latency, median of --iters runs, at seq 32/128 with 1/2 threads: the
+    ExecuTorch Python runtime and ONNX Runtime (fp32, int8 per-channel
+    MatMulInteger, int4 MatMulNBits) in interleaved rounds; fp32 ExecuTorch is
+    the same-run baseline for ratios. The native runtime column is filled by
+    NATIVE_HOOK (None until the native runtime runs quantized bundles).
+
+    .venv/bin/python tools/bench/quantize.py --teachers /work/artifacts/teachers --tasks sst2 banking77
+
+Writes quantize.json and quantize.md to --out, with the CPU's ISA flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+log = logging.getLogger("bench.quantize")
+
+VARIANTS = {
+    "fp32": None,
+    "int8": dict(scheme="int8"),
+    "int4": dict(scheme="int4"),
+    "int8+emb8": dict(scheme="int8", embeddings="int8"),
+    "int4+emb4": dict(scheme="int4", embeddings="int4"),
+    "int4+emb4+trim": dict(scheme="int4", embeddings="int4", trim_vocab=True),
+}
+
+PY_ET = r"""
+import json, sys, time, statistics
+import torch
+from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+bundle, L, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+_unsafe_reset_threadpool(threads)
+import executorch.kernels.quantized  # quantized_decomposed::embedding_byte / embedding_4bit
+from executorch.runtime import Runtime
+m = json.load(open(bundle + "/manifest.json"))
+meth = next(x for x in sorted(m["artifacts"]["pte"]["methods"], key=lambda x: x["seq_len"]) if x["seq_len"] >= L)
+method = Runtime.get().load_program(bundle + "/model.pte").load_method(meth["name"])
+x = torch.full((1, meth["seq_len"]), 5, dtype=torch.int64); x[0, 0] = 2; x[0, L - 1] = 3
+mask = torch.zeros(1, meth["seq_len"], dtype=torch.int64); mask[0, :L] = 1
+for _ in range(3): method.execute([x, mask])
+lat = []
+for _ in range(iters):
+    s = time.perf_counter(); method.execute([x, mask]); lat.append((time.perf_counter() - s) * 1e3)
+print(json.dumps({"median": statistics.median(lat)}))
+"""
+
+PY_ORT = r"""
+import json, sys, time, statistics
+import numpy as np
+import onnxruntime as ort
+bundle, L, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
+s = ort.InferenceSession(bundle + "/model.onnx", so, providers=["CPUExecutionProvider"])
+x = np.full((1, L), 5, dtype=np.int64); x[0, 0] = 2; x[0, -1] = 3
+feed = {"input_ids": x, "attention_mask": np.ones((1, L), dtype=np.int64)}
+for _ in range(3): s.run(None, feed)
+lat = []
+for _ in range(iters):
+    t = time.perf_counter(); s.run(None, feed); lat.append((time.perf_counter() - t) * 1e3)
+print(json.dumps({"median": statistics.median(lat)}))
+"""
+
+
+def NATIVE_HOOK(bundle: Path, *, seq_len: int, threads: int, iters: int) -> float | None:
+    """Median ms of the native runtime on ``bundle``; None until it runs quantized bundles (qnative branch)."""
+    return None
+
+
+def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int) -> float | None:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    out = subprocess.run([sys.executable, "-c", script, str(bundle), str(seq_len), str(threads), str(iters)],
+                         capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        log.warning("%s: %s", bundle.name, out.stderr.strip().splitlines()[-1:] or out.returncode)
+        return None
+    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
+
+
+def isa_flags() -> str:
+    flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
+    return " ".join(f for f in ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) or "none"
+
+
+def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) -> dict:
+    from edgenlp.data.tasks import load_task
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.models.registry import load_model
+    from edgenlp.quantize.api import quantize
+    from edgenlp.quantize.config import QuantizeConfig
+
+    data = load_task(task_name)
+    model, info = load_model(str(teacher), labels=data.labels)
+    fp32_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    ecfg = ExportConfig(max_seq_len=seq_len, buckets=(32, seq_len) if seq_len > 32 else (seq_len,), parity_samples=16)
+    variants = dict(VARIANTS)
+    for frac in budgets:
+        variants[f"mixed@{frac:.0%}"] = dict(scheme="mixed", embeddings="int8", size_mb=round(fp32_bytes * frac / 1e6, 2))
+    built = {}
+    for name, kw in variants.items():
+        path = out / task_name / name
+        t0 = time.perf_counter()
+        if path.exists() and (path / "manifest.json").exists():
+            log.info("%s/%s: reusing %s", task_name, name, path)
+        elif kw is None:
+            export_bundle(model, info, path, config=ecfg, task=data)
+        else:
+            quantize(model, info, path, QuantizeConfig(**kw), task=data, export_config=ecfg, progress=False)
+        built[name] = {"path": str(path), "build_s": round(time.perf_counter() - t0, 1)}
+        log.info("%s/%s built in %.0fs", task_name, name, time.perf_counter() - t0)
+    return built
+
+
+def evaluate(path: Path, task_name: str, limit: int | None) -> dict:
+    from edgenlp.bundle import Bundle
+    from edgenlp.data.tasks import load_task
+    from edgenlp.run.base import get_runner
+    from edgenlp.run.evaluate import evaluate_split
+
+    b = Bundle.open(path)
+    dev = load_task(task_name).dev
+    out = {"pte_mb": b.manifest["sizes"].get("model.pte", 0) / 1e6, "onnx_mb": b.manifest["sizes"].get("model.onnx", 0) / 1e6}
+    with get_runner(path, runtime="executorch") as r:
+        out["acc_executorch"] = evaluate_split(r, dev, limit=limit)["accuracy"]
+    with get_runner(path, runtime="onnx") as r:
+        out["acc_onnx"] = evaluate_split(r, dev, limit=limit)["accuracy"]
+    q = b.manifest.get("quantization")
+    if q:
+        from collections import Counter
+
+        out["bits"] = dict(Counter(f"int{v}" if v < 32 else "fp32" for v in q["linears"].values()))
+    out["delegate_calls"] = b.manifest["artifacts"]["pte"]["delegate_calls_per_method"]
+    return out
+
+
+def latency(paths: dict[str, Path], *, seq_lens, threads, iters: int, rounds: int) -> dict:
+    """Interleaved rounds: every (variant, runtime) once per round per (seq, threads); medians over rounds."""
+    res: dict = {}
+    for _ in range(rounds):
+        for L in seq_lens:
+            for t in threads:
+                for name, p in paths.items():
+                    key = f"{L}/{t}"
+                    et = run_py(PY_ET, p, seq_len=L, threads=t, iters=iters)
+                    res.setdefault(name, {}).setdefault("executorch", {}).setdefault(key, []).append(et)
+                    if name in ("fp32", "int8", "int4"):
+                        ort = run_py(PY_ORT, p, seq_len=L, threads=t, iters=iters)
+                        res[name].setdefault("onnx", {}).setdefault(key, []).append(ort)
+                    nat = NATIVE_HOOK(p, seq_len=L, threads=t, iters=iters)
+                    res[name].setdefault("native", {}).setdefault(key, []).append(nat)
+    for name in res:
+        for rt in res[name]:
+            for key, v in res[name][rt].items():
+                v = [x for x in v if x is not None]
+                res[name][rt][key] = round(statistics.median(v), 2) if v else None
+    return res
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# Quantization benchmark ({result['date']})", "",
+             f"Host: {result['cpu']}, ISA flags: {result['isa']}. Shared machine: times carry noise; ratios are within one run.", ""]
+    for task, rows in result["tasks"].items():
+        lines += [f"## {task}", "",
+                  "| variant | linears | acc ET | acc ORT | pte MB | % fp32 | ET 32/1 | ET 128/1 | ET 128/2 | ×fp32 (128/1) | ORT 128/1 | native 128/1 |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        base = rows["fp32"]
+        for name, r in rows.items():
+            et = r.get("latency", {}).get("executorch", {})
+            ort = r.get("latency", {}).get("onnx", {})
+            nat = r.get("latency", {}).get("native", {})
+            b128 = base.get("latency", {}).get("executorch", {}).get("128/1")
+            ratio = f"{b128 / et['128/1']:.2f}" if b128 and et.get("128/1") else "–"
+            f = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
+            lines.append(f"| {name} | {r.get('bits', {'fp32': 'all'})} | {100 * r['acc_executorch']:.2f} | {100 * r['acc_onnx']:.2f} | "
+                         f"{r['pte_mb']:.1f} | {100 * r['pte_mb'] / base['pte_mb']:.0f}% | {f(et.get('32/1'))} | {f(et.get('128/1'))} | "
+                         f"{f(et.get('128/2'))} | {ratio} | {f(ort.get('128/1'))} | {f(nat.get('128/1'))} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teachers", type=Path, default=Path("/work/artifacts/teachers"))
+    ap.add_argument("--tasks", nargs="+", default=["sst2", "banking77"])
+    ap.add_argument("--work", type=Path, default=Path("out/bench-quantize"), help="Where bundles are built (reused when present).")
+    ap.add_argument("--out", type=Path, default=REPO / "tools/bench/results")
+    ap.add_argument("--budgets", type=float, nargs="*", default=[0.25, 0.18], help="Mixed-precision budgets as fractions of fp32 bytes.")
+    ap.add_argument("--seq-len", type=int, default=128)
+    ap.add_argument("--dev-limit", type=int, default=None)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--no-latency", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from edgenlp.utils import environment
+
+    env = environment()
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "isa": isa_flags(),
+              "cpu": env.get("cpu", {}).get("model", "?"), "environment": env, "args": {k: str(v) for k, v in vars(args).items()},
+              "tasks": {}}
+    for task in args.tasks:
+        teacher = args.teachers / task
+        if not teacher.exists():
+            log.error("no teacher at %s", teacher)
+            continue
+        built = build(task, teacher, args.work, budgets=args.budgets, seq_len=args.seq_len)
+        rows = {name: {**b, **evaluate(Path(b["path"]), task, args.dev_limit)} for name, b in built.items()}
+        if not args.no_latency:
+            lat = latency({n: Path(b["path"]) for n, b in built.items()}, seq_lens=(32, args.seq_len), threads=args.threads,
+                          iters=args.iters, rounds=args.rounds)
+            for name in rows:
+                rows[name]["latency"] = lat.get(name, {})
+        result["tasks"][task] = rows
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "quantize.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / "quantize.md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

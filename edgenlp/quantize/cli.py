@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from edgenlp.cli_types import IntList
+
 log = logging.getLogger(__name__)
 
 
@@ -106,7 +108,7 @@ def bits_summary(linears: dict) -> str:
 @click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
 @click.option("--format", "fmt", type=click.Choice(["pte", "onnx", "both"]), default="both", show_default=True)
 @click.option("--seq-len", type=int, default=128, show_default=True, help="Maximum sequence length the bundle accepts.")
-@click.option("--buckets", default=None, help="ExecuTorch sequence buckets, e.g. 32,64,128.")
+@click.option("--buckets", type=IntList(), default=None, help="ExecuTorch sequence buckets, e.g. 32,64,128.")
 @click.option("--guard-limit", type=int, default=None, help="Evaluate the guard on the first N dev sentences (default: all).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Bundle directory to write.")
@@ -126,13 +128,12 @@ def quantize_cmd(model, scheme, embeddings, group_size, trim_vocab, size_mb, max
     """
     from edgenlp.errors import EdgeNLPError
     from edgenlp.export.api import ExportConfig
-    from edgenlp.export.cli import parse_int_list
 
     qcfg = build_config(scheme=scheme, embeddings=embeddings, group_size=group_size, trim_vocab=trim_vocab, size_mb=size_mb,
                         max_drop=max_drop)
     try:
         ecfg = ExportConfig(formats=("pte", "onnx") if fmt == "both" else (fmt,), max_seq_len=seq_len,
-                            buckets=parse_int_list(buckets, option="--buckets"))
+                            buckets=buckets)
     except ValueError as exc:
         raise EdgeNLPError(str(exc)) from None
     run_quantize(model, task=task, data_dir=data_dir, qcfg=qcfg, export_config=ecfg, seed=seed, out_dir=out_dir,

@@ -117,6 +117,28 @@ CASES = [
     case("demo", "--task", "nope", "--out", "{out}", message="unknown task 'nope'"),
     case("demo", "--model", "{model_dir}", "--task", "{tiny_task}", "--steps", "0", "--out", "{out}", message="steps"),
     case("demo", "--model", "{model_dir}", "--task", "{task_bad_quote}", "--out", "{out}", message="malformed TSV"),
+    # prune
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "1.5", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "-0.1", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="the recipe has no finetune step"),
+    case("prune", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="not found"),
+    # quantize
+    case("quantize", "{model_dir}", "--scheme", "int2", "--task", "{tiny_task}", "--out", "{out}", message="'int2' is not one of"),
+    case("quantize", "{model_dir}", "--scheme", "int8", "--out", "{out}", message="Missing option '--task'"),
+    case("quantize", "{model_dir}", "--scheme", "mixed", "--size-mb", "0.001", "--task", "{tiny_task}", "--out", "{out}",
+         message="cannot be met"),
+    # targets
+    case("targets", "show", "nowhere", message="unknown target 'nowhere'; known targets:"),
+    case("targets", "show", "{file}", message="not valid TOML"),
+    case("targets", "calibrate", "host", "--on", "bogus://x", message="--on 'bogus://x'"),
+    # compress
+    case("compress", "--target", "nowhere", "--out", "{out}", message="unknown target 'nowhere'"),
+    case("compress", "--task", "nope", "--target", "host", "--out", "{out}", message="unknown task 'nope'"),
+    case("compress", "--latency-ms", "-5", "--out", "{out}", message="latency_ms must be a positive number"),
+    case("compress", "--target", "{file}", "--out", "{out}", message="not valid TOML"),
+    case("compress", "--model", "no-such-model", "--task", "{tiny_task}", "--target", "host", "--out", "{out}",
+         message="unknown model"),
+
 ]
 
 

@@ -9,38 +9,38 @@ from typing import Any, Mapping
 log = logging.getLogger(__name__)
 
 
-def quantize_config(candidate: Mapping[str, Any]):
-    """The ``QuantizeConfig`` of a candidate, or ``None`` when it stays fp32 everywhere."""
+def quantize_config(candidate: Mapping[str, Any], *, num_layers: int):
+    """The ``QuantizeConfig`` of a planned candidate, or ``None`` when it stays fp32 everywhere.
+
+    ``int8``/``int4`` map to those schemes; ``mixed``, per-layer bits, or fp32
+    linears with quantized embeddings / a trimmed vocabulary become explicit
+    per-linear bits (:func:`edgenlp.targets.planner.quantize_layer_bits`).
+    """
     bits = candidate.get("bits", "fp32")
     emb = candidate.get("embeddings")
     trim = bool(candidate.get("trim_vocab", False))
     if bits == "fp32" and emb is None and not trim:
         return None
-    from edgenlp.quantize import QuantizeConfig
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.targets.planner import quantize_layer_bits
 
-    kwargs: dict[str, Any] = {"embeddings": emb, "trim_vocab": trim}
-    if isinstance(bits, (list, tuple)):  # per-layer bits from a mixed-precision plan
-        kwargs.update(scheme="mixed", layer_bits=tuple((str(n), str(b)) for n, b in bits))
-    elif bits == "fp32":
-        kwargs.update(scheme="none")
-    else:
-        kwargs.update(scheme=bits)
-    return QuantizeConfig(**kwargs)
+    if bits in ("int8", "int4"):
+        return QuantizeConfig(scheme=bits, embeddings=emb, trim_vocab=trim)
+    layer_bits = quantize_layer_bits({k: candidate[k] for k in ("prune_method", "sparsity", "bits", "embeddings", "trim_vocab")
+                                      if k in candidate}, num_layers)
+    return QuantizeConfig(scheme="mixed", layer_bits=layer_bits, embeddings=emb, trim_vocab=trim)
 
 
 def build_bundle(model, info, out: Path, *, candidate: Mapping[str, Any], task, max_seq_len: int,
-                 annotations: Mapping[str, Any] | None = None):
+                 annotations: Mapping[str, Any] | None = None, progress: bool = False):
     """Quantize ``model`` as ``candidate`` says and export a verified bundle (both formats) to ``out``."""
     from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.recipe import Step
 
-    qcfg = quantize_config(candidate)
     config = ExportConfig(max_seq_len=max_seq_len)
+    qcfg = quantize_config(candidate, num_layers=model.shape.num_layers)
     if qcfg is None:
-        return export_bundle(model, info, out, config=config, task=task, annotations=annotations)
-    from edgenlp.quantize import quantize_for_export
+        return export_bundle(model, info, out, config=config, task=task, annotations=dict(annotations or {}))
+    from edgenlp.quantize.api import quantize
 
-    qmodel, qinfo = quantize_for_export(model, info, qcfg, task=task)
-    return export_bundle(qmodel, qinfo, out, config=config, task=task, recipe=(), annotations=annotations)
-
-
+    return quantize(model, info, out, qcfg, task=task, export_config=config, progress=progress,
+                    annotations=dict(annotations or {})).bundle

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 STAGES = ("finetune", "baseline", "plan", "prune", "export", "verify")
 SUMMARY_VERSION = 1
+FINAL_FILES = ("compress.json", "report.md", "candidates.png", "profile.png")
 
 
 @dataclass
@@ -75,7 +76,7 @@ def finetune_config(config: CompressConfig, preset: Preset):
     learner = None
     if config.finetune_method == "learner" and preset.priming_steps is not None:
         learner = LearnerConfig(priming_steps=preset.priming_steps)
-    return FinetuneConfig(method=config.finetune_method, epochs=1 if preset.max_steps else None,
+    return FinetuneConfig(method=config.finetune_method, epochs=None,
                           max_steps=preset.max_steps, train_limit=preset.train_limit, seed=config.seed,
                           max_seq_len=preset.finetune_seq_len, learner=learner)
 
@@ -191,13 +192,12 @@ class Compressor:
 
             model, _ = load_model(ft.path / "model", labels=self.data.labels)
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
-                                    vocab_size=model.shape.vocab_size, preset=self.preset, excluded=excluded,
-                                    task=self.data)
+                                    preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop)
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"])}
 
         inputs = {"target": self.target.to_dict(), "budgets": self.budgets.to_dict(), "preset": self.preset.name,
-                  "excluded": excluded}
+                  "excluded": excluded, "max_drop": self.config.max_drop}
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
 
     # -- stage 4: prune
@@ -214,7 +214,8 @@ class Compressor:
             pcfg = PruneConfig(method=cand["prune_method"], target_sparsity=float(cand["sparsity"]),
                                seq_len=self.budgets.seq_len, samples=self.preset.prune_samples,
                                epochs=self.preset.prune_epochs, seed=self.config.seed)
-            res = prune(model, info, self.data, pcfg, device=self.device, progress=self.progress)
+            res = prune(model, info, self.data, pcfg, device=self.device, progress=self.progress,
+                        dev_before=ft.result.get("dev") or None)
             res.save(tmp / "model")
             keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "seconds", "shape")
             return {"identity": False, "model": str(self.out / _stage_name("prune", attempt) / "model"),
@@ -233,8 +234,10 @@ class Compressor:
             from edgenlp.models.registry import load_model
 
             model, info = load_model(pr.result["model"], labels=self.data.labels)
-            bundle = build_bundle(model, info, tmp / "bundle", candidate=cand, task=self.data, max_seq_len=max_len,
-                                  annotations={"target": self.target.to_dict(), "budgets": self.budgets.to_dict()})
+            bundle = build_bundle(model, info, tmp / "bundle", candidate=cand, task=self.data,
+                                  max_seq_len=min(max_len, model.shape.max_positions),
+                                  annotations={"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
+                                  progress=self.progress)
             return {"sizes": bundle.manifest.get("sizes", {}), "parity": bundle.manifest.get("parity", {})}
 
         inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
@@ -254,11 +257,18 @@ class Compressor:
         return self._record(self.runner.run(_stage_name("verify", attempt), run, inputs=inputs,
                                             upstream=(ft, base, plan, ex)))
 
+    def clear_final_outputs(self) -> None:
+        """Remove a previous run's bundle and reports: they are rewritten only when this run ends."""
+        shutil.rmtree(self.out / "bundle", ignore_errors=True)
+        for name in FINAL_FILES:
+            (self.out / name).unlink(missing_ok=True)
+
     # -- the chain
     def run(self) -> CompressResult:
         from edgenlp.compress.report import write_reports
         from edgenlp.compress.planning import exclusions_after
 
+        self.clear_final_outputs()
         ft = self.finetune()
         base = self.baseline(ft)
         excluded: list[dict] = []

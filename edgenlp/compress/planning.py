@@ -20,16 +20,8 @@ def load_target(name_or_path: str):
 
 def resolve_budgets(target, *, latency_ms=None, memory_mb=None, size_mb=None, seq_len=None, threads=None):
     """The target's default budgets with the command line's overrides."""
-    from edgenlp.targets.planner import Budgets
-
-    d = target.budgets.to_dict() if hasattr(target.budgets, "to_dict") else dict(target.budgets)
-    d.pop("type", None)
-    d.pop("version", None)
-    for k, v in (("latency_ms", latency_ms), ("memory_mb", memory_mb), ("size_mb", size_mb), ("seq_len", seq_len),
-                 ("threads", threads)):
-        if v is not None:
-            d[k] = v
-    return Budgets.from_dict(d)
+    return target.budgets.override(latency_ms=latency_ms, memory_mb=memory_mb, size_mb=size_mb, seq_len=seq_len,
+                                   threads=threads)
 
 
 def _bits_rank(bits) -> int:
@@ -74,13 +66,18 @@ def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
     return False
 
 
-def plan_for_compress(target, budgets, *, shape, num_labels: int, vocab_size: int, preset, excluded: list, task) -> dict:
+def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, excluded: list, task,
+                      max_drop: float | None = None) -> dict:
     """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate."""
     from edgenlp.targets.planner import default_space, plan
 
     space = [c for c in default_space(prune_methods=preset.prune_methods, schemes=preset.schemes)
-             if not is_excluded(c.to_dict(), excluded)]
-    result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, task=task.name)
+             if not is_excluded(_cand(c), excluded)]
+    if not space:
+        from edgenlp.errors import EdgeNLPError
+
+        raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
+    result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name)
     considered = []
     for cand, pred, drop, fits in result.considered:
         considered.append({"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,

@@ -72,10 +72,11 @@ def _bundle_accuracy(path: Path, split) -> float:
 
 
 def quantize(model, info, out_dir, config: QuantizeConfig, *, task, export_config=None, guard_limit: int | None = None,
-             progress: bool = True) -> QuantizeResult:
+             progress: bool = True, annotations: dict | None = None) -> QuantizeResult:
     """Quantize ``model`` into a verified bundle at ``out_dir`` (see the module docstring).
 
-    ``guard_limit`` caps the dev sentences the guard evaluates (default: the whole dev split).
+    ``guard_limit`` caps the dev sentences the guard evaluates (default: the whole dev split);
+    ``annotations`` are extra manifest keys (see :func:`edgenlp.export.api.export_bundle`).
     Raises :class:`QuantizeError` when ``size_mb`` or ``max_drop`` cannot be met; nothing is written then.
     """
     from rich.progress import Progress
@@ -127,7 +128,8 @@ def quantize(model, info, out_dir, config: QuantizeConfig, *, task, export_confi
         while True:
             cfg = dataclasses.replace(config, layer_bits=tuple(bits.items()))
             path = work / f"attempt{attempt}"
-            bundle = export_bundle(model, info, path, config=export_config, task=task, recipe=(Step("quantize", cfg),))
+            bundle = export_bundle(model, info, path, config=export_config, task=task, recipe=(Step("quantize", cfg),),
+                                   annotations=annotations)
             entry = {"bits": dict(bits), "predicted_weight_bytes": weight_bytes(work_model, bits, group_size=config.group_size,
                                                                                   embeddings=config.embeddings),
                      "pte_bytes": bundle.manifest["sizes"].get("model.pte")}

@@ -1,0 +1,64 @@
+"""``compress`` end to end on a tiny model: every stage, the bundle, the reports, resume."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from edgenlp.compress import config as compress_config
+from edgenlp.compress.config import CompressConfig
+from edgenlp.compress.pipeline import STAGES, compress
+
+
+@pytest.fixture
+def quick_tiny(monkeypatch):
+    """The quick preset scaled to a 4-row task (a few steps, few timed runs)."""
+    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=12, train_limit=None, priming_steps=4,
+                                prune_samples=8, profile_runs=2)
+    monkeypatch.setitem(compress_config.PRESETS, "quick", small)
+
+
+def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_task_dir, quick_tiny):
+    from edgenlp.bundle import Bundle
+    from edgenlp.run.base import get_runner
+
+    # A size budget below the fp32 program forces the planner to quantize.
+    cfg = CompressConfig(model=str(tiny_model_dir), task=str(tiny_task_dir), target="host", seq_len=32, size_mb=3.0,
+                         max_drop=100.0)
+    events: list[str] = []
+    res = compress(cfg, tmp_path / "run", progress=False, echo=events.append)
+    s = res.summary
+    assert s["passed"] and res.bundle.is_dir()
+    for stage in STAGES:
+        assert (tmp_path / "run" / stage / "stage.json").is_file(), stage
+    # The bundle fits the size budget, carries the whole recipe and the target, and really runs.
+    bundle = Bundle.open(res.bundle)
+    assert bundle.manifest["sizes"]["model.pte"] / 1e6 <= 3.0
+    assert bundle.manifest["target"]["name"] == "host" and bundle.manifest["budgets"]["size_mb"] == 3.0
+    steps = [st["type"] for st in bundle.manifest["applied"]]
+    assert steps[0] == "finetune" and steps[-1] == "export" and "quantize" in steps
+    assert s["chosen"]["bits"] != "fp32" or s["chosen"]["embeddings"] is not None
+    from edgenlp.data.tasks import load_task
+
+    dev = load_task(tiny_task_dir).dev
+    with get_runner(res.bundle, runtime="executorch") as r:
+        pred = r.predict_logits(list(dev.texts)).argmax(-1)
+    acc = float((pred == dev.label_ids(bundle.labels)).mean())
+    assert s["predicted"]["accuracy"]["measured"] == pytest.approx(acc)  # the report is the final bundle's accuracy
+    doc = json.loads((tmp_path / "run" / "compress.json").read_text())
+    assert doc["recipe"] == bundle.manifest["applied"] and doc["predicted"]["size_mb"]["passed"]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Budgets" in report and "## Recipe" in report and "candidates.png" in report
+    assert (tmp_path / "run" / "candidates.png").stat().st_size > 0
+
+    # Same config again: every stage is reused.
+    events.clear()
+    res2 = compress(cfg, tmp_path / "run", progress=False, echo=events.append)
+    assert sorted(res2.summary["stages_skipped"]) == sorted(STAGES)
+    assert all("skipped" in e for e in events)
+
+    # A changed accuracy limit redoes the plan and what follows it, not the fine-tune or the baseline.
+    res3 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
+    assert set(res3.summary["stages_skipped"]) == {"finetune", "baseline"}

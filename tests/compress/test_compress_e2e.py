@@ -37,7 +37,7 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     bundle = Bundle.open(res.bundle)
     assert bundle.manifest["sizes"]["model.pte"] / 1e6 <= 3.0
     assert bundle.manifest["target"]["name"] == "host" and bundle.manifest["budgets"]["size_mb"] == 3.0
-    steps = [st["type"] for st in bundle.manifest["applied"]]
+    steps = [st["step"] for st in bundle.manifest["applied"]]
     assert steps[0] == "finetune" and steps[-1] == "export" and "quantize" in steps
     assert s["chosen"]["bits"] != "fp32" or s["chosen"]["embeddings"] is not None
     from edgenlp.data.tasks import load_task

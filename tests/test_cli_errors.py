@@ -121,7 +121,7 @@ CASES = [
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "1.5", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "-0.1", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="the recipe has no finetune step"),
-    case("prune", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="not found"),
+    case("prune", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
     # quantize
     case("quantize", "{model_dir}", "--scheme", "int2", "--task", "{tiny_task}", "--out", "{out}", message="'int2' is not one of"),
     case("quantize", "{model_dir}", "--scheme", "int8", "--out", "{out}", message="Missing option '--task'"),

@@ -69,6 +69,17 @@ def model_key(spec: str) -> dict:
     return {"dir": str(p.resolve()), "files": [file_key(f) for f in files]}
 
 
+def check_model(spec: str) -> None:
+    """A registered model name or an existing directory, else a one-line error naming the known models."""
+    from edgenlp.models.registry import list_models
+
+    if Path(spec).is_dir():
+        return
+    names = [m.name for m in list_models()]
+    if spec not in names:
+        raise EdgeNLPError(f"unknown model {spec!r}: not a directory and not one of {', '.join(names)}")
+
+
 def finetune_config(config: CompressConfig, preset: Preset):
     """The first stage's fine-tuning config: the library defaults, bounded by the preset."""
     from edgenlp.finetune.config import FinetuneConfig, LearnerConfig
@@ -124,7 +135,8 @@ class Compressor:
         self.device = device
         self.progress = progress
         self.echo = echo or (lambda msg: log.info("%s", msg))
-        self.target = load_target(config.target)  # unknown target: an error before any work
+        self.target = load_target(config.target)  # unknown target or model: an error before any work
+        check_model(config.model)
         self.data = load_task(config.task, data_dir=data_dir)
         from edgenlp.compress.planning import resolve_budgets
 

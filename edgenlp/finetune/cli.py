@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 
+import dataclasses
+
 import click
 
 from edgenlp.errors import EdgeNLPError
@@ -136,7 +138,10 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
     data = load_task(task, data_dir=data_dir)
     net, info = load_model(model, labels=data.labels, seed=seed)
     if max_seq_len > info.shape.max_positions:
-        raise EdgeNLPError(f"--max-seq-len {max_seq_len} exceeds the model's {info.shape.max_positions} positions")
+        source = click.get_current_context().get_parameter_source("max_seq_len")
+        if source is not click.core.ParameterSource.DEFAULT:  # an explicit length the model cannot take
+            raise EdgeNLPError(f"--max-seq-len {max_seq_len} exceeds the model's {info.shape.max_positions} positions")
+        config = dataclasses.replace(config, max_seq_len=info.shape.max_positions)  # the default, capped
     show = not quiet and sys.stderr.isatty()
     result = finetune(net, info, data, config, device=device, show_progress=show)
     out = result.save(out_dir, info)

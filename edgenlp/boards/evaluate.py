@@ -22,8 +22,7 @@ import numpy as np
 from edgenlp.boards.base import Board
 from edgenlp.boards.errors import RunnerFailed
 from edgenlp.boards.measure import runtime_name
-from edgenlp.data.tasks import Split, load_task, read_tsv
-from edgenlp.errors import EdgeNLPError
+from edgenlp.data.tasks import Split
 from edgenlp.metrics import classification_report
 
 log = logging.getLogger(__name__)
@@ -34,15 +33,9 @@ def one_line(text: str) -> str:
 
 
 def load_split(*, task=None, split: str = "dev", data=None, data_dir=None, limit: int | None = None) -> Split:
-    if data is None and task is None:
-        raise EdgeNLPError("give --task (with --split) or --data FILE.tsv")
-    if data is not None:
-        sp = read_tsv(data)
-    else:
-        if split not in ("train", "dev"):
-            raise EdgeNLPError(f"--split must be train or dev, got {split!r}")
-        sp = getattr(load_task(task, data_dir=data_dir), split)
-    return sp.head(limit)
+    from edgenlp.run.evaluate import load_split as _load
+
+    return _load(task=task, split=split, data=data, data_dir=data_dir).head(limit)
 
 
 def classify_on_board(board: Board, bundle: str | Path, texts: list[str], *, threads: int | None = None,

@@ -28,6 +28,17 @@ def evaluate_split(runner: Runner, split: Split, *, limit: int | None = None) ->
     return report
 
 
+def load_split(*, task=None, split: str = "dev", data=None, data_dir=None) -> Split:
+    """The texts to evaluate: ``data`` (a TSV file) or split ``split`` of ``task``."""
+    if data is None and task is None:
+        raise EdgeNLPError("give --task (with --split) or --data FILE.tsv")
+    if data is not None:
+        return read_tsv(data)
+    if split not in ("train", "dev"):
+        raise EdgeNLPError(f"--split must be train or dev, got {split!r}")
+    return getattr(load_task(task, data_dir=data_dir), split)
+
+
 def evaluate(
     target: str | Path,
     *,
@@ -44,12 +55,7 @@ def evaluate(
         raise EdgeNLPError("give --task (with --split) or --data FILE.tsv")
     if limit is not None and limit < 1:
         raise EdgeNLPError(f"--limit must be >= 1, got {limit}")
-    if data is not None:
-        sp = read_tsv(data)
-    else:
-        if split not in ("train", "dev"):
-            raise EdgeNLPError(f"--split must be train or dev, got {split!r}")
-        sp = getattr(load_task(task, data_dir=data_dir), split)
+    sp = load_split(task=task, split=split, data=data, data_dir=data_dir)
     with get_runner(target, runtime=runtime, threads=threads) as runner:
         report = evaluate_split(runner, sp, limit=limit)
     report["threads"] = threads

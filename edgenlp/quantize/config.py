@@ -26,8 +26,12 @@ BITS = (32, 8, 4)
 # int4: XNNPACK's blockwise int4 kernels keep the group scales in bf16; the reference
 # rounds its scales to bf16 too (fake_quantize), leaving accumulation-order and
 # activation-rounding differences (measured: MiniLM-L6 int8 1.8e-3; a tiny random
-# model with mixed 32/8/4 layers up to 8.7e-3).
+# model with mixed 32/8/4 layers up to 8.7e-3; a Learner-tuned MiniLM on SST-2 with
+# logits up to 2.8 and an int8 error of 0.15 vs fp32: 3.1e-2). Scaled by the largest
+# |logit| (ParityPolicy.relative); a lowering error under half the distance to fp32
+# passes too (ParityPolicy.fp32_fraction).
 LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
+LOWERING_FP32_FRACTION = 0.5
 # ONNX Runtime quantizes its own way (per-tensor uint8 activations for MatMulInteger,
 # fp32 activations for MatMulNBits, fp32 word embeddings): its distance to our reference
 # is quantization error, so this is only a sanity bound; accuracy is what the guard measures.
@@ -100,6 +104,8 @@ class QuantizeConfig(Config):
             reference=lambda model: fake_quantize(model, self),
             compare_fp32=True,
             runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if low >= 8 else 4]),),
+            relative=True,
+            fp32_fraction=LOWERING_FP32_FRACTION,
         )
 
     def weight_storage(self) -> dict:

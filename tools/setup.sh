@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up edgenlp on this machine, then run the main job or the test suite.
 #
-#   bash tools/setup.sh run [demo options]   # set up, then fine-tune + export + evaluate MiniLM on SST-2
+#   bash tools/setup.sh run [compress options]  # set up, then the main job: compress MiniLM + SST-2 for pixel-7
 #   bash tools/setup.sh test [pytest args]   # set up, then run the test suite (what CI runs)
 #   bash tools/setup.sh                      # set up only
 #
@@ -59,7 +59,7 @@ fi
 # --- action -------------------------------------------------------------------
 case "$action" in
   setup) log "ready: source .venv/bin/activate" ;;
-  run) exec .venv/bin/edgenlp demo "$@" ;;
+  run) exec .venv/bin/edgenlp compress --out out/compress "$@" ;;
   test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider "$@" ;;
   *) echo "error: unknown action '$action' (use run, test or nothing)" >&2; exit 2 ;;
 esac

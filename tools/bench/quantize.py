@@ -9,8 +9,8 @@ For each task (teacher model directory with finetune.json), in one run:
   * latency, median of --iters runs, at seq 32/128 with 1/2 threads: the
     ExecuTorch Python runtime and ONNX Runtime (fp32, int8 per-channel
     MatMulInteger, int4 MatMulNBits) in interleaved rounds; fp32 ExecuTorch is
-    the same-run baseline for ratios. The native runtime column is filled by
-    NATIVE_HOOK (None until the native runtime runs quantized bundles).
+    the same-run baseline for ratios. The native runtime columns (latency and
+    peak RSS of a fresh ``edgenlp-run --bench`` process) come from NATIVE_HOOK.
 
     .venv/bin/python tools/bench/quantize.py --teachers /work/artifacts/teachers --tasks sst2 banking77
 
@@ -78,9 +78,19 @@ print(json.dumps({"median": statistics.median(lat)}))
 """
 
 
-def NATIVE_HOOK(bundle: Path, *, seq_len: int, threads: int, iters: int) -> float | None:
-    """Median ms of the native runtime on ``bundle``; None until it runs quantized bundles (qnative branch)."""
-    return None
+def NATIVE_HOOK(bundle: Path, *, seq_len: int, threads: int, iters: int) -> dict | None:
+    """The native runtime on ``bundle`` in a fresh process: ``{"median": ms, "peak_rss_mb": MB}``, None if not built."""
+    run = REPO / "runtime" / "build" / os.uname().machine / "edgenlp-run"
+    if not run.is_file():
+        log.warning("native runtime not built (%s): native columns stay empty", run)
+        return None
+    out = subprocess.run([str(run), str(bundle), "--bench", str(iters), "--seq-len", str(seq_len), "--threads", str(threads),
+                          "--warmup", "3"], capture_output=True, text=True)
+    if out.returncode != 0:
+        log.warning("native %s: %s", bundle.name, out.stderr.strip().splitlines()[-1:] or out.returncode)
+        return None
+    doc = json.loads(out.stdout)
+    return {"median": doc["latency_ms"]["median"], "peak_rss_mb": doc["peak_rss_kb"] / 1024}
 
 
 def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int) -> float | None:
@@ -152,6 +162,7 @@ def evaluate(path: Path, task_name: str, limit: int | None) -> dict:
 def latency(paths: dict[str, Path], *, seq_lens, threads, iters: int, rounds: int) -> dict:
     """Interleaved rounds: every (variant, runtime) once per round per (seq, threads); medians over rounds."""
     res: dict = {}
+    rss: dict[str, float] = {}
     for _ in range(rounds):
         for L in seq_lens:
             for t in threads:
@@ -163,12 +174,16 @@ def latency(paths: dict[str, Path], *, seq_lens, threads, iters: int, rounds: in
                         ort = run_py(PY_ORT, p, seq_len=L, threads=t, iters=iters)
                         res[name].setdefault("onnx", {}).setdefault(key, []).append(ort)
                     nat = NATIVE_HOOK(p, seq_len=L, threads=t, iters=iters)
-                    res[name].setdefault("native", {}).setdefault(key, []).append(nat)
+                    res[name].setdefault("native", {}).setdefault(key, []).append(nat and nat["median"])
+                    if nat:
+                        rss[name] = max(rss.get(name, 0.0), nat["peak_rss_mb"])
     for name in res:
         for rt in res[name]:
             for key, v in res[name][rt].items():
                 v = [x for x in v if x is not None]
                 res[name][rt][key] = round(statistics.median(v), 2) if v else None
+    for name, mb in rss.items():
+        res[name]["native_peak_rss_mb"] = round(mb, 1)
     return res
 
 
@@ -177,8 +192,8 @@ def markdown(result: dict) -> str:
              f"Host: {result['cpu']}, ISA flags: {result['isa']}. Shared machine: times carry noise; ratios are within one run.", ""]
     for task, rows in result["tasks"].items():
         lines += [f"## {task}", "",
-                  "| variant | linears | acc ET | acc ORT | pte MB | % fp32 | ET 32/1 | ET 128/1 | ET 128/2 | ×fp32 (128/1) | ORT 128/1 | native 128/1 |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "| variant | linears | acc ET | acc ORT | pte MB | % fp32 | ET 32/1 | ET 128/1 | ET 128/2 | ×fp32 (128/1) | ORT 128/1 | ORT 128/2 | native 128/1 | native 128/2 | native RSS MB |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base = rows["fp32"]
         for name, r in rows.items():
             et = r.get("latency", {}).get("executorch", {})
@@ -189,7 +204,8 @@ def markdown(result: dict) -> str:
             f = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
             lines.append(f"| {name} | {r.get('bits', {'fp32': 'all'})} | {100 * r['acc_executorch']:.2f} | {100 * r['acc_onnx']:.2f} | "
                          f"{r['pte_mb']:.1f} | {100 * r['pte_mb'] / base['pte_mb']:.0f}% | {f(et.get('32/1'))} | {f(et.get('128/1'))} | "
-                         f"{f(et.get('128/2'))} | {ratio} | {f(ort.get('128/1'))} | {f(nat.get('128/1'))} |")
+                         f"{f(et.get('128/2'))} | {ratio} | {f(ort.get('128/1'))} | {f(ort.get('128/2'))} | {f(nat.get('128/1'))} | "
+                         f"{f(nat.get('128/2'))} | {f(r.get('latency', {}).get('native_peak_rss_mb'))} |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

@@ -223,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-latency", action="store_true")
+    ap.add_argument("--latency-tasks", nargs="*", default=None,
+                    help="Tasks whose bundles are timed (default: all; the tasks' bundles differ only in the classifier)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         built = build(task, teacher, args.work, budgets=args.budgets, seq_len=args.seq_len)
         rows = {name: {**b, **evaluate(Path(b["path"]), task, args.dev_limit)} for name, b in built.items()}
-        if not args.no_latency:
+        if not args.no_latency and (args.latency_tasks is None or task in args.latency_tasks):
             lat = latency({n: Path(b["path"]) for n, b in built.items()}, seq_lens=(32, args.seq_len), threads=args.threads,
                           iters=args.iters, rounds=args.rounds)
             for name in rows:

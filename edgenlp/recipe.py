@@ -154,12 +154,14 @@ class ParityPolicy:
     tolerance scales with the reference's largest |logit| (at least 1): a
     quantized lowering's rounding differences grow with the activations'
     range, so a model with logits of 6 may differ 6x more than one with
-    logits of 1 for the same correct kernels. With ``fp32_fraction`` (needs
-    ``compare_fp32``) a lowering error of at most that fraction of the distance
-    to fp32 also passes: the lowered program is then clearly the quantized
-    model and not the fp32 one or a broken one, however sensitive the model is
-    to quantization (a model whose int8 error is 0.15 in logits has rounding
-    differences of a few 1e-2 between emulation and kernels).
+    logits of 1 for the same correct kernels. With ``quant_error_fraction``
+    (needs ``compare_fp32``) a lowering error of at most that fraction of the
+    reference's own distance to fp32 (the emulated quantization error) also
+    passes: an eager emulation of dynamically quantized kernels differs from
+    them by rounding (which activations land on which side of a step), so its
+    distance to the kernels grows with the quantization error itself, while a
+    program that stayed fp32 sits at exactly that distance (ratio 1) and a
+    broken one far beyond it.
     """
 
     name: str
@@ -168,26 +170,26 @@ class ParityPolicy:
     compare_fp32: bool = False
     runtime_tolerance: tuple[tuple[str, float], ...] = ()
     relative: bool = False
-    fp32_fraction: float | None = None
+    quant_error_fraction: float | None = None
 
     def __post_init__(self) -> None:
         if not self.tolerance > 0 or any(not t > 0 for _, t in self.runtime_tolerance):
             raise ValueError(f"tolerances must be > 0, got {self.tolerance}, {self.runtime_tolerance}")
-        if self.fp32_fraction is not None and not (0 < self.fp32_fraction < 1 and self.compare_fp32):
-            raise ValueError(f"fp32_fraction must be in (0, 1) and needs compare_fp32, got {self.fp32_fraction}")
+        if self.quant_error_fraction is not None and not (0 < self.quant_error_fraction < 1 and self.compare_fp32):
+            raise ValueError(f"quant_error_fraction must be in (0, 1) and needs compare_fp32, got {self.quant_error_fraction}")
 
-    def tolerance_for(self, runtime: str, *, reference_scale: float = 1.0, fp32_diff: float | None = None) -> float:
+    def tolerance_for(self, runtime: str, *, reference_scale: float = 1.0, quant_error: float | None = None) -> float:
         """The max |logit diff| allowed for ``runtime``.
 
         ``reference_scale`` is the reference's largest |logit| (used when
-        ``relative``); ``fp32_diff`` the lowered program's max |logit diff| to
-        the fp32 model (used when ``fp32_fraction`` is set).
+        ``relative``); ``quant_error`` the reference's max |logit diff| to the
+        fp32 model (used when ``quant_error_fraction`` is set).
         """
         tol = dict(self.runtime_tolerance).get(runtime, self.tolerance)
         if self.relative:
             tol *= max(1.0, float(reference_scale))
-        if self.fp32_fraction is not None and fp32_diff is not None:
-            tol = max(tol, self.fp32_fraction * float(fp32_diff))
+        if self.quant_error_fraction is not None and quant_error is not None:
+            tol = max(tol, self.quant_error_fraction * float(quant_error))
         return tol
 
     def reference_model(self, model):

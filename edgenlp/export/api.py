@@ -123,6 +123,7 @@ def check_parity(
     make_runner = runner_factory or get_runner
     ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len, id_map=id_map)
     fp32 = _eager_reference(model, tokenizer, texts, max_len, id_map=id_map) if policy.compare_fp32 else None
+    quant_error = float(np.abs(ref - fp32).max()) if fp32 is not None else None
     out = {}
     for fmt in formats:
         runtime = FORMAT_RUNTIME[fmt]
@@ -133,8 +134,10 @@ def check_parity(
         if fp32 is not None:
             p["fp32"] = _compare(got, fp32)
         tol = tolerance if tolerance is not None else policy.tolerance_for(
-            runtime, reference_scale=np.abs(ref).max(), fp32_diff=p["fp32"]["max_abs_diff"] if fp32 is not None else None)
+            runtime, reference_scale=np.abs(ref).max(), quant_error=quant_error)
         p["tolerance"] = tol
+        if quant_error is not None:
+            p["reference_vs_fp32"] = quant_error
         p["passed"] = p["max_abs_diff"] <= tol
         p["seconds"] = round(time.perf_counter() - t0, 3)
         out[runtime] = p

@@ -10,8 +10,9 @@ model (in encoder parameters or FLOPs), whose multipliers are trained by
 gradient ascent; the target ``t`` ramps linearly from 0 over the first
 ``target_warmup`` of the steps. The learned gates are then made binary (the
 expected number of units per group, most likely first, trimmed to the target
-when still above it), the kept units' deterministic gate values are folded
-into the weights (as CoFi does), surgery removes the pruned structures, and
+when still above it, filled up to it when below), the kept units' deterministic
+gate values are folded into the weights (as CoFi does), surgery removes the
+pruned structures, and
 the small model gets a short fine-tune with the same distillation.
 """
 
@@ -103,9 +104,12 @@ class CofiGates(nn.Module):
         ffn_on = (self.ffn.prob_nonzero() > 0.5).tolist()
         keep_heads = [g.keep().tolist() if on else [False] * g.log_alpha.numel() for g, on in zip(self.head, attn_on)]
         keep_neurons = [g.keep().tolist() if on else [False] * g.log_alpha.numel() for g, on in zip(self.neuron, ffn_on)]
-        fit_to_budget(keep_heads, keep_neurons, [g.prob_nonzero().detach().cpu() + 1e-6 for g in self.head],
-                      [g.prob_nonzero().detach().cpu() + 1e-6 for g in self.neuron],
-                      UnitCosts.of(config, shape.head_dim, width), budget)
+        # Score = P(unit on) x P(its sublayer on); trimmed to the budget when above it, filled up to it when the
+        # gates (learned short of convergence) overshoot the target.
+        attn_p, ffn_p = self.attn.prob_nonzero().detach().cpu(), self.ffn.prob_nonzero().detach().cpu()
+        fit_to_budget(keep_heads, keep_neurons, [g.prob_nonzero().detach().cpu() * attn_p[i] + 1e-6 for i, g in enumerate(self.head)],
+                      [g.prob_nonzero().detach().cpu() * ffn_p[i] + 1e-6 for i, g in enumerate(self.neuron)],
+                      UnitCosts.of(config, shape.head_dim, width), budget, fill=True)
         layers = []
         for kh, kn in zip(keep_heads, keep_neurons):
             heads = tuple(j for j, k in enumerate(kh) if k)

@@ -72,10 +72,25 @@ class UnitCosts:
 
 
 def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], head_scores: list[torch.Tensor],
-                  neuron_scores: list[torch.Tensor], costs: UnitCosts, budget: float) -> None:
-    """Drop kept units with the lowest score per unit of size until the total fits ``budget`` (in place)."""
+                  neuron_scores: list[torch.Tensor], costs: UnitCosts, budget: float, *, fill: bool = False) -> None:
+    """Drop kept units with the lowest score per unit of size until the total fits ``budget`` (in place).
+
+    With ``fill``, a total below the budget is raised instead: dropped units come back, highest score per
+    unit of size first, while they still fit (a mask learned short of convergence can overshoot the target).
+    """
     size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(map(sum, keep_neurons))
     if size <= budget:
+        if fill:
+            cands = []
+            for i, (kh, sc) in enumerate(zip(keep_heads, head_scores)):
+                cands += [(float(sc[j]) / costs.head, costs.head, "h", i, j) for j in range(len(kh)) if not kh[j]]
+            for i, (kn, sc) in enumerate(zip(keep_neurons, neuron_scores)):
+                cands += [(float(sc[j]) / costs.neuron, costs.neuron, "n", i, j) for j in range(len(kn)) if not kn[j]]
+            cands.sort(key=lambda c: -c[0])
+            for _, cost, kind, i, j in cands:
+                if size + cost <= budget:
+                    (keep_heads if kind == "h" else keep_neurons)[i][j] = True
+                    size += cost
         return
     cands = []
     for i, (kh, sc) in enumerate(zip(keep_heads, head_scores)):

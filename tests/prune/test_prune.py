@@ -164,3 +164,26 @@ def test_cli_errors_are_one_line_and_write_nothing(args, message, finetuned_tiny
     lines = [l for l in res.output.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_fit_to_budget_trims_above_and_fills_below_by_score_per_size():
+    from edgenlp.prune.common import UnitCosts, fit_to_budget
+
+    costs = UnitCosts(head=10.0, neuron=1.0, fixed=0.0)
+    scores_h = [torch.tensor([0.9, 0.1]), torch.tensor([0.5, 0.4])]
+    scores_n = [torch.tensor([0.3, 0.02, 0.2]), torch.tensor([0.01, 0.25, 0.06])]
+
+    # Over budget (all kept: 40 + 6 = 46 > 30): the lowest score per unit of size goes first.
+    kh, kn = [[True, True], [True, True]], [[True] * 3, [True] * 3]
+    fit_to_budget(kh, kn, scores_h, scores_n, costs, 30.0)
+    # per unit of size: head 0/1 0.01, neuron 1/0 0.01, neuron 0/1 0.02, head 1/1 0.04 go (46 -> 24)
+    assert kh == [[True, False], [True, False]] and kn == [[True, False, True], [False, True, True]]
+
+    # Under budget (a mask that overshot the target): without fill nothing changes ...
+    kh, kn = [[True, False], [False, False]], [[False] * 3, [False] * 3]
+    fit_to_budget(kh, kn, scores_h, scores_n, costs, 24.5)
+    assert kh == [[True, False], [False, False]] and not any(map(any, kn))
+    # ... with fill the best score per size comes back while it fits: neurons (0.3, 0.25, 0.2, 0.06 per unit),
+    # then head 1/0 (0.05: 14 -> 24); nothing else fits under 24.5.
+    fit_to_budget(kh, kn, scores_h, scores_n, costs, 24.5, fill=True)
+    assert kh == [[True, False], [True, False]] and kn == [[True, False, True], [False, True, True]]

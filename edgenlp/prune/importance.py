@@ -3,10 +3,11 @@
 The importance of a head (or FFN neuron) is the expected absolute gradient of
 the task loss with respect to its mask variable, ``E |dL/dm|``, estimated over
 ``config.samples`` training rows at the current mask (one gradient per batch,
-as in the authors' code) and normalized per layer. In ``config.iterations``
-rounds the target is approached in equal steps; each round recomputes the
-importance and removes the least important units per unit of size until the
-round's budget is met. No weight is changed.
+as in the authors' code) and normalized per layer (heads and neurons by one
+shared norm). In ``config.iterations`` rounds the target is approached in
+equal steps; each round recomputes the importance and removes the least
+important units per unit of size until the round's budget is met. No weight
+is changed.
 """
 
 from __future__ import annotations
@@ -24,9 +25,19 @@ from edgenlp.prune.masks import Gates
 log = logging.getLogger(__name__)
 
 
-def _normalized(scores: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Michel et al.'s layer-wise normalization: each layer's importance vector divided by its L2 norm."""
-    return [sc / (sc.norm() + 1e-20) for sc in scores]
+def _normalized(heads: list[torch.Tensor], neurons: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Michel et al.'s layer-wise normalization, shared by a layer's heads and neurons.
+
+    Each layer's importances are divided by the L2 norm of *all* of that layer's
+    scores (heads and neurons together): layers become comparable, and a head
+    and a neuron keep their relative scale (both estimate the loss change of
+    removing the unit). Normalizing the 12 head scores and the 1,536 neuron
+    scores separately would put every head near 1/sqrt(12) and every neuron
+    near 1/sqrt(1536), which says nothing about either and, per unit of size,
+    removes every head first.
+    """
+    norms = [torch.sqrt((h**2).sum() + (n**2).sum()) + 1e-20 for h, n in zip(heads, neurons)]
+    return [h / z for h, z in zip(heads, norms)], [n / z for n, z in zip(neurons, norms)]
 
 
 def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, progress=None):
@@ -49,8 +60,8 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, pro
         gh, gn = mask_gradients(model, data, config, rows=config.samples, progress=progress,
                                 description=f"importance {r}/{config.iterations}", gates=gates)
         target = config.target_sparsity * r / config.iterations
-        fit_to_budget(keep_heads, keep_neurons, _normalized(_split(gh.abs().mean(0), shape.heads)),
-                      _normalized(_split(gn.abs().mean(0), shape.ffn)), costs, (1.0 - target) * full)
+        head_scores, neuron_scores = _normalized(_split(gh.abs().mean(0), shape.heads), _split(gn.abs().mean(0), shape.ffn))
+        fit_to_budget(keep_heads, keep_neurons, head_scores, neuron_scores, costs, (1.0 - target) * full)
         rounds.append({"round": r, "target": round(target, 4), "heads": sum(map(sum, keep_heads)),
                        "neurons": sum(map(sum, keep_neurons))})
         log.info("importance round %d: %s", r, rounds[-1])

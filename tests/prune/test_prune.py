@@ -187,3 +187,14 @@ def test_fit_to_budget_trims_above_and_fills_below_by_score_per_size():
     # then head 1/0 (0.05: 14 -> 24); nothing else fits under 24.5.
     fit_to_budget(kh, kn, scores_h, scores_n, costs, 24.5, fill=True)
     assert kh == [[True, False], [True, False]] and kn == [[True, False, True], [False, True, True]]
+
+
+def test_importance_normalization_keeps_heads_and_neurons_on_one_scale():
+    from edgenlp.prune.importance import _normalized
+
+    # Layer 0's gradients are 10x layer 1's; within a layer one head matters as much as 40 neurons together.
+    heads = [torch.tensor([4.0, 0.0]), torch.tensor([0.4, 0.0])]
+    neurons = [torch.full((40,), 0.1), torch.full((40,), 0.01)]
+    h, n = _normalized(heads, neurons)
+    assert torch.allclose(h[0], h[1]) and torch.allclose(n[0], n[1])  # layers made comparable
+    assert float(h[0][0]) == pytest.approx(40 * float(n[0][0]))  # the head/neuron ratio survives

@@ -114,15 +114,17 @@ def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) ->
     from edgenlp.models.registry import load_model
     from edgenlp.quantize.api import quantize
     from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.sensitivity import QuantizeError
 
     data = load_task(task_name)
     model, info = load_model(str(teacher), labels=data.labels)
     fp32_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     ecfg = ExportConfig(max_seq_len=seq_len, buckets=(32, seq_len) if seq_len > 32 else (seq_len,), parity_samples=16)
     variants = dict(VARIANTS)
-    for frac in budgets:
-        variants[f"mixed@{frac:.0%}"] = dict(scheme="mixed", embeddings="int8", size_mb=round(fp32_bytes * frac / 1e6, 2))
-    built = {}
+    for frac in budgets:  # below ~22% of fp32 an int8 word table alone leaves no room: int4 embeddings there
+        variants[f"mixed@{frac:.0%}"] = dict(scheme="mixed", embeddings="int8" if frac >= 0.22 else "int4",
+                                             size_mb=round(fp32_bytes * frac / 1e6, 2))
+    built, skipped = {}, {}
     for name, kw in variants.items():
         path = out / task_name / name
         t0 = time.perf_counter()
@@ -131,10 +133,15 @@ def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) ->
         elif kw is None:
             export_bundle(model, info, path, config=ecfg, task=data)
         else:
-            quantize(model, info, path, QuantizeConfig(**kw), task=data, export_config=ecfg, progress=False)
+            try:
+                quantize(model, info, path, QuantizeConfig(**kw), task=data, export_config=ecfg, progress=False)
+            except QuantizeError as exc:  # a budget the scheme cannot meet is a result, not a crash
+                log.warning("%s/%s: %s", task_name, name, exc)
+                skipped[name] = str(exc)
+                continue
         built[name] = {"path": str(path), "build_s": round(time.perf_counter() - t0, 1)}
         log.info("%s/%s built in %.0fs", task_name, name, time.perf_counter() - t0)
-    return built
+    return built, skipped
 
 
 def evaluate(path: Path, task_name: str, limit: int | None) -> dict:
@@ -206,6 +213,8 @@ def markdown(result: dict) -> str:
                          f"{r['pte_mb']:.1f} | {100 * r['pte_mb'] / base['pte_mb']:.0f}% | {f(et.get('32/1'))} | {f(et.get('128/1'))} | "
                          f"{f(et.get('128/2'))} | {ratio} | {f(ort.get('128/1'))} | {f(ort.get('128/2'))} | {f(nat.get('128/1'))} | "
                          f"{f(nat.get('128/2'))} | {f(r.get('latency', {}).get('native_peak_rss_mb'))} |")
+        for name, why in result.get("not_built", {}).get(task, {}).items():
+            lines.append(f"\n{name}: not built: {why}")
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -239,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         if not teacher.exists():
             log.error("no teacher at %s", teacher)
             continue
-        built = build(task, teacher, args.work, budgets=args.budgets, seq_len=args.seq_len)
+        built, skipped = build(task, teacher, args.work, budgets=args.budgets, seq_len=args.seq_len)
         rows = {name: {**b, **evaluate(Path(b["path"]), task, args.dev_limit)} for name, b in built.items()}
         if not args.no_latency and (args.latency_tasks is None or task in args.latency_tasks):
             lat = latency({n: Path(b["path"]) for n, b in built.items()}, seq_lens=(32, args.seq_len), threads=args.threads,
@@ -247,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in rows:
                 rows[name]["latency"] = lat.get(name, {})
         result["tasks"][task] = rows
+        result.setdefault("not_built", {})[task] = skipped
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "quantize.json").write_text(json.dumps(result, indent=2) + "\n")
         (args.out / "quantize.md").write_text(markdown(result))

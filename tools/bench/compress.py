@@ -107,7 +107,7 @@ def markdown(result: dict) -> str:
                      f"{f(mem['budget'], 0)} / {f(mem['predicted'])} | {f(size['budget'])} / {f(size['measured'])} | "
                      f"{f(lat['host_measured'], 2)} | {f(r['host_speedup'], 2)}× | {'yes' if r['passed'] else 'no'} | {f(r['wall_s'], 0)} |")
     if result.get("failed"):
-        lines += ["", "Runs that ended in an error: " + "; ".join(result["failed"])]
+        lines += ["", "Runs not finished: " + "; ".join(result["failed"])]
     return "\n".join(lines) + "\n"
 
 

@@ -71,6 +71,15 @@ class UnitCosts:
         return cls(float(f(hidden, [1], [0])) - base, float(f(hidden, [0], [1])) - base, base)
 
 
+def _units(keep_heads, keep_neurons, head_scores, neuron_scores, costs: UnitCosts, *, kept: bool) -> list[tuple]:
+    """``(score per unit of size, size, kind, layer, index)`` of every unit whose keep flag is ``kept``."""
+    out = []
+    for kind, keep, scores, cost in (("h", keep_heads, head_scores, costs.head), ("n", keep_neurons, neuron_scores, costs.neuron)):
+        for i, (k, sc) in enumerate(zip(keep, scores)):
+            out += [(float(sc[j]) / cost, cost, kind, i, j) for j in range(len(k)) if k[j] == kept]
+    return out
+
+
 def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], head_scores: list[torch.Tensor],
                   neuron_scores: list[torch.Tensor], costs: UnitCosts, budget: float, *, fill: bool = False) -> None:
     """Drop kept units with the lowest score per unit of size until the total fits ``budget`` (in place).
@@ -81,24 +90,14 @@ def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], 
     size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(map(sum, keep_neurons))
     if size <= budget:
         if fill:
-            cands = []
-            for i, (kh, sc) in enumerate(zip(keep_heads, head_scores)):
-                cands += [(float(sc[j]) / costs.head, costs.head, "h", i, j) for j in range(len(kh)) if not kh[j]]
-            for i, (kn, sc) in enumerate(zip(keep_neurons, neuron_scores)):
-                cands += [(float(sc[j]) / costs.neuron, costs.neuron, "n", i, j) for j in range(len(kn)) if not kn[j]]
-            cands.sort(key=lambda c: -c[0])
-            for _, cost, kind, i, j in cands:
+            for _, cost, kind, i, j in sorted(_units(keep_heads, keep_neurons, head_scores, neuron_scores, costs, kept=False),
+                                              key=lambda c: -c[0]):
                 if size + cost <= budget:
                     (keep_heads if kind == "h" else keep_neurons)[i][j] = True
                     size += cost
         return
-    cands = []
-    for i, (kh, sc) in enumerate(zip(keep_heads, head_scores)):
-        cands += [(float(sc[j]) / costs.head, costs.head, "h", i, j) for j in range(len(kh)) if kh[j]]
-    for i, (kn, sc) in enumerate(zip(keep_neurons, neuron_scores)):
-        cands += [(float(sc[j]) / costs.neuron, costs.neuron, "n", i, j) for j in range(len(kn)) if kn[j]]
-    cands.sort(key=lambda c: c[0])
-    for _, cost, kind, i, j in cands:
+    for _, cost, kind, i, j in sorted(_units(keep_heads, keep_neurons, head_scores, neuron_scores, costs, kept=True),
+                                      key=lambda c: c[0]):
         if size <= budget:
             break
         (keep_heads if kind == "h" else keep_neurons)[i][j] = False

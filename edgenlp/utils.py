@@ -115,9 +115,15 @@ def cpu_info() -> dict:
             info["model"] = line.split(":", 1)[1].strip()
         if line.startswith(("flags", "Features")) and "isa" not in info:
             flags = set(line.split(":", 1)[1].split())
-            wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512vnni", "avx_vnni", "asimd", "asimddp", "i8mm", "sve")
+            wanted = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512vnni", "avx512_bf16", "avx_vnni", "amx_tile",
+                      "asimd", "asimddp", "i8mm", "sve")
             info["isa"] = [f for f in wanted if f in flags]
     return info
+
+
+def isa_flags() -> str:
+    """:func:`cpu_info`'s ISA flags as one space-separated string (what benchmark reports record)."""
+    return " ".join(cpu_info().get("isa", [])) or "unknown"
 
 
 def library_versions() -> dict:

@@ -35,15 +35,6 @@ RESULTS = ROOT / "tools" / "bench" / "results"
 log = logging.getLogger("bench.compress")
 
 
-def isa_flags() -> str:
-    try:
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
-    return " ".join(f for f in wanted if f in flags) or "none"
-
-
 def run_one(task: str, target: str, run_dir: Path, *, args, finetune_from: Path | None) -> dict:
     """One compress run (or the finished one in ``run_dir``); returns its compress.json."""
     from edgenlp.compress.config import CompressConfig
@@ -129,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     sys.path.insert(0, str(ROOT))
     from edgenlp.errors import EdgeNLPError
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
+    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
 
     for spec in args.seed_run:
         key, _, src = spec.partition("=")

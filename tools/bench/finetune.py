@@ -325,14 +325,6 @@ def _sweep_text(meta: dict) -> str:
             f"setting that then runs seeds {', '.join(map(str, meta['seeds'][1:])) or '(none)'}.")
 
 
-def _isa() -> str:
-    try:
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return " ".join(f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) or "none"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="minilm-l6")
@@ -365,21 +357,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
+    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
 
     env = environment()
     if args.step_timing:
         if args.step_timing < 50:
             log.warning("%d steps: the issue asks for at least 50", args.step_timing)
         result = {"threads": args.threads, "batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
-                  **interleaved_step_times(args, steps=args.step_timing, task=args.timing_task), "isa": _isa(), "environment": env}
+                  **interleaved_step_times(args, steps=args.step_timing, task=args.timing_task), "isa": isa_flags(), "environment": env}
         atomic_write_json(Path(args.out + "-steps.json"), result)
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds, "note": args.note,
             "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
-            "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": _isa(), "environment": env}
+            "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}
     out = Path(args.out)
     steps_file = Path(args.out + "-steps.json")
     steps = json.loads(steps_file.read_text()) if steps_file.exists() else None

@@ -53,15 +53,6 @@ PUBLISHED = [
 ]
 
 
-def isa_flags() -> str:
-    try:
-        flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
-    return " ".join(f for f in wanted if f in flags) or "none"
-
-
 def plan(args) -> list[tuple[str, str, float]]:
     """(task, method, sparsity) in priority order: at 50% then 70%, the cheap methods and cofi on the first task,
     then the cheap methods at 50/70 on the other tasks, then the other sparsities, then the other cofi tasks."""
@@ -302,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     from edgenlp.data.tasks import load_task
-    from edgenlp.utils import environment
+    from edgenlp.utils import environment, isa_flags
 
     t_start = time.perf_counter()
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

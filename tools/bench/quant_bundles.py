@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from edgenlp.utils import isa_flags  # noqa: F401  (re-exported for memory.py and native_quant.py)
+
 REPO = Path(__file__).resolve().parents[2]
 log = logging.getLogger("bench.quant_bundles")
 
@@ -31,18 +33,6 @@ VARIANTS = {
     "int8": {"linears": "int8", "embeddings": 8},
     "int4": {"linears": "int4", "embeddings": 4},
 }
-
-
-def isa_flags() -> str:
-    """The CPU's SIMD flags that decide int8/fp32 kernel speed (x86 /proc/cpuinfo or aarch64 Features)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return "unknown"
-    flags = next((l.split(":", 1)[1].split() for l in lines if l.startswith(("flags", "Features"))), [])
-    keep = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8",
-            "asimddp", "i8mm", "sve", "sve2", "sme")
-    return " ".join(f for f in keep if f in flags) or "none"
 
 
 def _export_fp32(model: str, task: str, buckets: str, out: Path) -> None:

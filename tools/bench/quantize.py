@@ -116,11 +116,6 @@ def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int)
     return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
-def isa_flags() -> str:
-    flags = next(l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")).split()
-    return " ".join(f for f in ("avx2", "fma", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) or "none"
-
-
 def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) -> dict:
     from edgenlp.data.tasks import load_task
     from edgenlp.export.api import ExportConfig, export_bundle
@@ -251,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from edgenlp.utils import environment
+    from edgenlp.utils import environment, isa_flags
 
     if args.rss_only:
         result = json.loads((args.out / "quantize.json").read_text())

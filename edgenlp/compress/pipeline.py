@@ -108,10 +108,12 @@ def _accuracy(report: dict) -> float:
     return float(report["accuracy"])
 
 
-def _profile(spec: Path, *, seq_len: int, threads: int, runs: int, runtimes: tuple[str, ...]) -> dict:
+def _profile(spec: Path, *, seq_len: int, threads: int, runs: int, runtimes: tuple[str, ...],
+             workdir: Path | None = None) -> dict:
     from edgenlp.profile.api import ProfileConfig, profile
 
-    docs = profile(spec, ProfileConfig(seq_lens=(seq_len,), runtimes=runtimes, threads=(threads,), runs=runs, warmup=3))
+    docs = profile(spec, ProfileConfig(seq_lens=(seq_len,), runtimes=runtimes, threads=(threads,), runs=runs, warmup=3),
+                   workdir=workdir)
     return docs[0]
 
 
@@ -185,13 +187,15 @@ class Compressor:
         def run(tmp: Path) -> dict:
             from edgenlp.utils import atomic_write_json
 
+            # The lowered fp32 program stays in the stage folder: verify times it again, alternating with
+            # the compressed bundle, so the reported speed-up is not skewed by a change of machine load.
             doc = _profile(ft.path / "model", seq_len=seq, threads=threads, runs=self.preset.profile_runs,
-                           runtimes=("executorch",))
+                           runtimes=("executorch",), workdir=tmp / "lowered")
             atomic_write_json(tmp / "profile.json", doc)
             return {"latency_ms": doc["total"]["latency_ms"]["executorch"], "seq_len": seq, "threads": threads,
-                    "params": doc["total"].get("params")}
+                    "params": doc["total"].get("params"), "program": {"pte": "lowered/model.pte", "method": f"forward_{seq}"}}
 
-        inputs = {"seq_len": seq, "threads": threads, "runs": self.preset.profile_runs}
+        inputs = {"seq_len": seq, "threads": threads, "runs": self.preset.profile_runs, "keeps_program": True}
         return self._record(self.runner.run("baseline", run, inputs=inputs, upstream=(ft,)))
 
     # -- stage 3: plan
@@ -218,7 +222,7 @@ class Compressor:
 
         def run(tmp: Path) -> dict:
             if not cand.get("sparsity"):
-                return {"identity": True, "model": str(ft.path / "model")}
+                return {"identity": True, "model": "finetune/model"}
             from edgenlp.models.registry import load_model
             from edgenlp.prune import PruneConfig, prune
 
@@ -230,11 +234,19 @@ class Compressor:
                         dev_before=ft.result.get("dev") or None)
             res.save(tmp / "model")
             keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "seconds", "shape")
-            return {"identity": False, "model": str(self.out / _stage_name("prune", attempt) / "model"),
+            return {"identity": False, "model": f"{_stage_name('prune', attempt)}/model",
                     **{k: res.report[k] for k in keep if k in res.report}}
 
-        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "samples": self.preset.prune_samples}
+        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "samples": self.preset.prune_samples,
+                  "epochs": self.preset.prune_epochs, "seed": self.config.seed}
         return self._record(self.runner.run(_stage_name("prune", attempt), run, inputs=inputs, upstream=(ft, plan)))
+
+    def _model_path(self, pr: StageRecord) -> Path:
+        """The model the prune stage hands on, relative to this run's folder (so a copied run folder stays whole)."""
+        rel = Path(pr.result["model"])
+        if rel.is_absolute():  # records written before paths were relative
+            rel = Path(*rel.parts[-2:])
+        return self.out / rel
 
     # -- stage 5: quantize + export
     def export(self, pr: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
@@ -245,7 +257,7 @@ class Compressor:
             from edgenlp.compress.build import build_bundle
             from edgenlp.models.registry import load_model
 
-            model, info = load_model(pr.result["model"], labels=self.data.labels)
+            model, info = load_model(self._model_path(pr), labels=self.data.labels)
             bundle = build_bundle(model, info, tmp / "bundle", candidate=cand, task=self.data,
                                   max_seq_len=min(max_len, model.shape.max_positions),
                                   annotations={"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
@@ -255,6 +267,12 @@ class Compressor:
         inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
         return self._record(self.runner.run(_stage_name("export", attempt), run, inputs=inputs, upstream=(pr, plan)))
 
+    def _baseline_program(self, base: StageRecord) -> tuple[Path, str] | None:
+        prog = base.result.get("program")
+        if not prog or not (base.path / prog["pte"]).is_file():
+            return None
+        return base.path / prog["pte"], prog["method"]
+
     # -- stage 6: verify
     def verify(self, ft: StageRecord, base: StageRecord, plan: StageRecord, ex: StageRecord, attempt: int) -> StageRecord:
         from edgenlp.compress.verify import verify_bundle
@@ -262,7 +280,8 @@ class Compressor:
         def run(tmp: Path) -> dict:
             return verify_bundle(ex.path / "bundle", tmp, data=self.data, target=self.target, budgets=self.budgets,
                                  reference_accuracy=_accuracy(ft.result["dev"]), max_drop=self.config.max_drop,
-                                 baseline_latency_ms=base.result["latency_ms"], runs=self.preset.profile_runs,
+                                 baseline_latency_ms=base.result["latency_ms"], baseline_program=self._baseline_program(base),
+                                 runs=self.preset.profile_runs,
                                  threads=host_threads(self.budgets.threads), native=_native_available())
 
         inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs}

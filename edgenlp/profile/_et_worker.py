@@ -51,6 +51,36 @@ def run(args: dict) -> dict:
     return {"end_to_end_ms": e2e, "method_execute_ms": method_ms, "events": events}
 
 
+def compare(args: dict) -> dict:
+    """Plain runs of several programs, one after the other in every round, so all see the same machine load."""
+    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
+
+    _unsafe_reset_threadpool(int(args["threads"]))  # before any load_program
+
+    from executorch.runtime import Runtime
+
+    from edgenlp.export.graph import example_inputs
+    from edgenlp.run.executorch import register_quantized_kernels
+
+    register_quantized_kernels()
+    rt = Runtime.get()
+    seq, runs, warmup = int(args["seq_len"]), int(args["runs"]), int(args["warmup"])
+    methods, inputs = [], []
+    for prog in args["programs"]:
+        methods.append(rt.load_program(prog["pte"]).load_method(prog["method"]))
+        inputs.append(list(example_inputs(seq, batch=1, vocab_size=int(prog["vocab_size"]))))
+    for _ in range(warmup):
+        for m, x in zip(methods, inputs):
+            m.execute(x)
+    times: list[list[float]] = [[] for _ in methods]
+    for _ in range(runs):
+        for i, (m, x) in enumerate(zip(methods, inputs)):
+            t0 = time.perf_counter()
+            m.execute(x)
+            times[i].append((time.perf_counter() - t0) * 1e3)
+    return {"end_to_end_ms": times}
+
+
 def read_etdump(path: Path) -> tuple[list[dict], list[float]]:
     """Per-run times (ms) of every event of the ``Execute`` block, and of ``Method::execute`` itself."""
     from executorch.devtools import Inspector
@@ -70,7 +100,7 @@ def read_etdump(path: Path) -> tuple[list[dict], list[float]]:
 def main() -> int:
     logging.basicConfig(level=logging.WARNING)
     args = json.loads(sys.argv[1])
-    result = run(args)
+    result = compare(args) if args.get("mode") == "compare" else run(args)
     Path(args["out"]).write_text(json.dumps(result))
     return 0
 

@@ -123,3 +123,23 @@ class ExecuTorchMeasurer:
         totals = result["method_execute_ms"][-spec.runs :]
         attributed = attribute(events, target.plan, runtime=self.runtime)
         return Measurement(self.runtime, self.method, spec, result["end_to_end_ms"], totals, attributed)
+
+
+def compare_programs(programs: list[tuple[Path, str, int]], *, seq_len: int, threads: int, runs: int, warmup: int = 3,
+                     timeout_s: float = 3600.0) -> list[list[float]]:
+    """Plain end-to-end times (ms) of several ``(pte, method, vocab_size)`` programs measured in alternation.
+
+    One subprocess loads them all and runs each once per round, so a speed-up
+    between them is not skewed by a change of machine load between two
+    separate measurements.
+    """
+    with tempfile.TemporaryDirectory(prefix="edgenlp-compare-") as tmp:
+        out = Path(tmp) / "result.json"
+        args = {"mode": "compare", "threads": threads, "runs": runs, "warmup": warmup, "seq_len": seq_len, "out": str(out),
+                "programs": [{"pte": str(p), "method": m, "vocab_size": int(v)} for p, m, v in programs]}
+        cmd = [sys.executable, "-m", "edgenlp.profile._et_worker", json.dumps(args)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0 or not out.exists():
+            tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+            raise EdgeNLPError(f"executorch: timing {', '.join(str(p) for p, _, _ in programs)} failed (exit {proc.returncode}): {tail}")
+        return json.loads(out.read_text())["end_to_end_ms"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -52,6 +53,14 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Budgets" in report and "## Recipe" in report and "candidates.png" in report
     assert (tmp_path / "run" / "candidates.png").stat().st_size > 0
+    # The speed-up comes from the fp32 program and the bundle timed alternately in one process.
+    sp = s["host_speedup_detail"]
+    assert sp["method"].startswith("alternating") and sp["runs"] >= 20
+    assert (tmp_path / "run" / "baseline" / "lowered" / "model.pte").is_file()
+    # Stage records name models relative to the run folder, so a copied run folder never reads the original's.
+    prune_rec = json.loads((tmp_path / "run" / "prune" / "stage.json").read_text())
+    assert not Path(prune_rec["result"]["model"]).is_absolute()
+    assert s["host_speedup_vs_uncompressed"] == pytest.approx(sp["baseline_ms"] / sp["bundle_ms"], rel=1e-2)
 
     # Same config again: every stage is reused.
     events.clear()

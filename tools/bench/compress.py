@@ -64,6 +64,7 @@ def row(task: str, target: str, doc: dict) -> dict:
         "size_mb": {k: p["size_mb"].get(k) for k in ("budget", "predicted", "measured")},
         "accuracy": {k: acc.get(k) for k in ("reference", "measured", "drop_points")},
         "host_speedup": doc.get("host_speedup_vs_uncompressed"), "baseline_host_ms": doc.get("baseline_latency_ms"),
+        "host_speedup_detail": doc.get("host_speedup_detail"),
         "stage_seconds": doc.get("stage_seconds"), "stages_skipped": doc.get("stages_skipped"), "wall_s": doc.get("wall_s"),
     }
 

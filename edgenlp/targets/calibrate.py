@@ -9,11 +9,12 @@ ONNX with a dynamic sequence axis) and profiled with the profiler's measurers
 (:mod:`edgenlp.profile`); one profile document per (shape, runtime,
 precision, seq_len, threads) becomes one :class:`Observation`.
 
-Precisions measured: fp32 through ExecuTorch and ONNX Runtime; int8 through
-ONNX Runtime's dynamic per-channel flow (``onnxruntime.quantization.quantize_dynamic``
-on the linears). ExecuTorch int8/int4 rows drop into the same table once the
-quantization step produces those bundles; until then the cost model derives
-them from fp32 (and says so).
+Precisions measured: fp32 and int8 through ExecuTorch (int8: the quantize
+step's own flow, dynamic per-token activations × per-channel int8 weights on
+every linear, lowered to XNNPACK) and ONNX Runtime (int8: its dynamic
+per-channel flow, ``onnxruntime.quantization.quantize_dynamic`` on the
+linears). int4 is not measured by default (``lower_quantized_pte`` builds it
+for ExecuTorch); the cost model derives it from int8 and says so.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ GRID: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((12,) * 3, (384,) * 3),
     ((3,) * 4, (1536,) * 4),
 )
-RUNTIME_PRECISIONS = (("executorch", "fp32"), ("onnx", "fp32"), ("onnx", "int8"))
+RUNTIME_PRECISIONS = (("executorch", "fp32"), ("executorch", "int8"), ("onnx", "fp32"), ("onnx", "int8"))
 # Re-measured before every step on a shared machine: observations are scaled by (first / current) reference time.
 REFERENCE = ((12, 12), (1536, 1536))
 
@@ -93,9 +94,12 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
     workdir.mkdir(parents=True, exist_ok=True)
     target = ProfileTarget(name="calibration", plan=LinearPlan.from_model(model), vocab_size=shape.vocab_size, model=model,
                            analysis_model=model, workdir=workdir, seq_lens=tuple(seq_lens))  # fmt: skip
-    if precision == "int8":
+    if precision in ("int8", "int4") and runtime == "executorch":
+        target.pte = lower_quantized_pte(model, precision, tuple(seq_lens), workdir / f"model.{precision}.pte")
+        target.pte_methods = {s: f"forward_{s}" for s in sorted(set(seq_lens))}
+    elif precision == "int8":
         if runtime != "onnx":
-            raise ValueError(f"int8 calibration is implemented for onnx only, not {runtime}")
+            raise ValueError(f"int8 calibration is implemented for executorch and onnx, not {runtime}")
         fp = measurer.model_for(target, MeasureSpec(seq_len=max(seq_lens)))
         q = workdir / "model.int8.onnx"
         reuse = q.is_file() and q.stat().st_mtime >= fp.stat().st_mtime
@@ -112,6 +116,32 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
             if docs is not None:
                 docs.append(doc)
             out.append(Observation.from_profile(doc, runtime_key=key, runtime=runtime, precision=precision, model_shape=shape))
+    return out
+
+
+def lower_quantized_pte(model, precision: str, seq_lens: tuple[int, ...], out: Path) -> Path:
+    """``model`` lowered to ExecuTorch with every linear at ``precision`` (int8 per channel or int4 groupwise), as a bundle is.
+
+    Reused when ``out`` was written for the same lengths (the weights are seeded, so the same shape gives the same file).
+    """
+    import json
+    import os
+
+    from edgenlp.export.executorch import to_pte
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.schemes import fake_quantize
+
+    key = {"precision": precision, "seq_lens": sorted(set(seq_lens)), "shape": model.shape.to_dict()}
+    sidecar = out.with_name(out.name + ".key.json")
+    if out.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()) == key:
+        return out
+    cfg = QuantizeConfig(scheme=precision)
+    res = to_pte(model, buckets=tuple(key["seq_lens"]), transform=lambda m: fake_quantize(m, cfg, inplace=True))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(res.buffer)
+    os.replace(tmp, out)
+    sidecar.write_text(json.dumps(key))
     return out
 
 
@@ -190,7 +220,7 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
             obs += got
             bar.advance(task)
     notes = {"measured": sorted({f"{o.runtime}/{o.precision}" for o in obs}),
-             "assumed": "int4 everywhere and int8 on executorch: derived from fp32 by throughput ratios until measured",
+             "assumed": "precisions not in 'measured' (int4 by default): derived by throughput ratios",
              "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
     if normalize and ref_first:
         notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors], fp32_gemm_gflops=round(gemm, 2),

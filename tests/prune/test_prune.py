@@ -198,3 +198,21 @@ def test_importance_normalization_keeps_heads_and_neurons_on_one_scale():
     h, n = _normalized(heads, neurons)
     assert torch.allclose(h[0], h[1]) and torch.allclose(n[0], n[1])  # layers made comparable
     assert float(h[0][0]) == pytest.approx(40 * float(n[0][0]))  # the head/neuron ratio survives
+
+
+def test_importance_cuts_attention_and_ffn_by_the_same_fraction():
+    from edgenlp.prune.common import UnitCosts
+    from edgenlp.prune.importance import fit_each_to_budget
+
+    # 2 layers x 4 heads (cost 10) and 2 x 10 neurons (cost 2): prunable 80 + 40, fixed 5 per layer.
+    costs = UnitCosts(head=10.0, neuron=2.0, fixed=5.0)
+    kh, kn = [[True] * 4, [True] * 4], [[True] * 10, [True] * 10]
+    hs = [torch.tensor([0.9, 0.1, 0.8, 0.2]), torch.tensor([0.7, 0.3, 0.05, 0.6])]  # ranked across layers
+    ns = [torch.arange(10.0), torch.arange(10.0) + 0.5]
+    budget = 10 + 0.5 * 120  # half of the prunable size
+    fit_each_to_budget(kh, kn, hs, ns, costs, budget)
+    assert sum(map(sum, kh)) == 4 and sum(map(sum, kn)) == 10  # half of each, not all of the cheaper kind
+    assert kh == [[True, False, True, False], [True, False, False, True]]  # the 4 best heads of either layer
+    assert kn[1][5:] == [True] * 5 and kn[0][:5] == [False] * 5
+    size = 10 + costs.head * sum(map(sum, kh)) + costs.neuron * sum(map(sum, kn))
+    assert size <= budget

@@ -7,8 +7,10 @@ values), none of them in the calibration grid, lowers each the way a bundle
 is, measures it through the real runtime with the profiler's measurers
 (:func:`edgenlp.targets.calibrate.measure_shape`) and compares with
 ``CostModel.predict`` from the host calibration (``edgenlp targets calibrate
-host``). Variants alternate fp32 and int8 (ONNX Runtime dynamic per-channel);
-``--executorch N`` also runs the first N fp32 variants through ExecuTorch.
+host``). Variants alternate fp32 and int8 and run through each of
+``--runtimes`` (default ExecuTorch, the runtime the device targets use; int8 =
+the quantize step's per-channel int8 linears on XNNPACK, or ONNX Runtime's
+dynamic per-channel flow).
 
 Before and after the variants it re-measures calibration shape 0 (the full
 MiniLM shape): its drift from the calibration shows how much the shared
@@ -19,8 +21,8 @@ shared machine, the statistic the calibration fits); the median is reported
 too. Writes ``tools/bench/results/cost_model.{json,md}`` (CPU ISA flags,
 runtime versions, load averages included), after every variant.
 
-    python tools/bench/cost_model.py                       # 20 variants, seq 128, 1 thread, ORT + 4 through ExecuTorch
-    python tools/bench/cost_model.py --variants 24 --threads 2 --executorch 0
+    python tools/bench/cost_model.py                       # 20 variants, seq 128, 1 thread, ExecuTorch fp32/int8
+    python tools/bench/cost_model.py --variants 24 --threads 2 --runtimes executorch,onnx
 """
 
 from __future__ import annotations
@@ -154,9 +156,8 @@ def repredict(args, table, models) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", type=int, default=20)
-    ap.add_argument("--executorch", type=int, default=4, help="also run this many fp32 variants through ExecuTorch")
+    ap.add_argument("--runtimes", default="executorch", help="comma-separated: executorch, onnx (each variant runs on each)")
     ap.add_argument("--slice", default=":", help="measure only these variants of the plan (Python slice, e.g. 10:20)")
-    ap.add_argument("--no-onnx", action="store_true", help="skip the ONNX Runtime variants (ExecuTorch ones only)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=15)
@@ -196,12 +197,11 @@ def main() -> None:
         "table_measured": table.notes.get("measured", []), "environment": environment(),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()], "reference": [], "variants": [],
     }  # fmt: skip
-    plan = []
-    for i, shape in enumerate(variants(args.variants, seed=args.seed)):
-        plan.append((shape, "onnx", "fp32" if i % 2 == 0 else "int8"))
-    plan += [(shape, "executorch", "fp32") for shape, rt, p in plan if p == "fp32"][: args.executorch]
-    if args.no_onnx:
-        plan = [x for x in plan if x[1] != "onnx"]
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    if not runtimes or set(runtimes) - {"executorch", "onnx"}:
+        raise SystemExit(f"error: --runtimes takes executorch and/or onnx, got {args.runtimes!r}")
+    plan = [(shape, rt, "fp32" if i % 2 == 0 else "int8")
+            for i, shape in enumerate(variants(args.variants, seed=args.seed)) for rt in runtimes]
     a, _, b = args.slice.partition(":")
     plan = plan[int(a) if a else None : int(b) if b else None]
     ref = grid_shapes()[0]
@@ -237,7 +237,7 @@ def main() -> None:
         reference("before", workdir)
         for i, (shape, rt, prec) in enumerate(plan):
             log.info("variant %d/%d: %s %s heads %s ffn %s", i + 1, len(plan), rt, prec, shape.heads, shape.ffn)
-            result["variants"].append(measure(shape, rt, prec, workdir / f"v{i % args.variants}"))
+            result["variants"].append(measure(shape, rt, prec, workdir / f"v{i}"))
             groups: dict = {}
             for r in result["variants"]:
                 groups.setdefault(f"{r['runtime']}/{r['precision']}", []).append(r)

@@ -206,7 +206,12 @@ def markdown(result: dict) -> str:
     lines = [f"# Quantization benchmark ({result['date']})", "",
              f"Host: {result['cpu']}, ISA flags: {result['isa']}. Shared machine: times carry noise; ratios are within one run.", ""]
     for task, rows in result["tasks"].items():
-        lines += [f"## {task}", "",
+        when = result.get("measured", {}).get(task)
+        lines += [f"## {task}", ""]
+        if when:
+            lines += [f"Measured {when.get('date')} on {when.get('cpu')} ({when.get('isa')})"
+                      + ("" if when.get("latency", True) else "; accuracy and size only (no latency rounds)") + ".", ""]
+        lines += [
                   "| variant | linears | acc ET | acc ORT | pte MB | % fp32 | ET 32/1 | ET 128/1 | ET 128/2 | ×fp32 (128/1) | ORT 128/1 | ORT 128/2 | native 128/1 | native 128/2 | native RSS MB |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         base = rows["fp32"]
@@ -243,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-tasks", nargs="*", default=None,
                     help="Tasks whose bundles are timed (default: all; the tasks' bundles differ only in the classifier)")
     ap.add_argument("--rss-only", action="store_true", help="Re-measure the native peak RSS column of an existing quantize.json.")
+    ap.add_argument("--merge", action="store_true",
+                    help="Keep the other tasks of an existing quantize.json (each task records when and where it was measured).")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -258,6 +265,13 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "isa": isa_flags(),
               "cpu": env.get("cpu", {}).get("model", "?"), "environment": env, "args": {k: str(v) for k, v in vars(args).items()},
               "tasks": {}}
+    if args.merge and (args.out / "quantize.json").is_file():
+        old = json.loads((args.out / "quantize.json").read_text())
+        for t, rows in old.get("tasks", {}).items():
+            if t not in args.tasks:
+                result["tasks"][t] = rows
+                result.setdefault("measured", {})[t] = old.get("measured", {}).get(t, {k: old.get(k) for k in ("date", "cpu", "isa")})
+                result.setdefault("not_built", {})[t] = old.get("not_built", {}).get(t, {})
     for task in args.tasks:
         teacher = args.teachers / task
         if not teacher.exists():
@@ -271,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             for name in rows:
                 rows[name]["latency"] = lat.get(name, {})
         result["tasks"][task] = rows
+        result.setdefault("measured", {})[task] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": result["cpu"],
+                                                   "isa": result["isa"], "latency": any("latency" in r for r in rows.values())}
         result.setdefault("not_built", {})[task] = skipped
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "quantize.json").write_text(json.dumps(result, indent=2) + "\n")

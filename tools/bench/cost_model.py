@@ -102,7 +102,7 @@ def write(result: dict, out: Path) -> None:
                      f"{v['max_rel_err_pct']}% | {m.get('mean_rel_err_pct')}% | {m.get('max_rel_err_pct')}% |")  # fmt: skip
     lines += ["", "Load-normalized: each variant's fastest run × (reference time in the calibration / reference time measured "
               "just before the variant), the reference being a 2-layer MiniLM-width encoder through ONNX Runtime fp32; "
-              "it removes most of the other jobs' load, which made raw times 2-7x the idle ones on this shared machine (load average ~16 on 2 cores)."]
+              "it removes most of the load other jobs put on a shared machine (compare the load column)."]
     lines += ["", "Reference (calibration shape 0, full MiniLM shape) re-measured now vs its calibration observation:", ""]
     for r in result["reference"]:
         lines.append(f"- {r['when']} {r['runtime']}/{r['precision']}: measured {r['measured_min_ms']:.2f} ms (fastest), "

@@ -305,8 +305,15 @@ class Compressor:
         excluded: list[dict] = []
         attempts = []
         passed = None
+        exhausted = None
         for attempt in range(1, self.config.max_attempts + 1):
-            plan = self.plan(ft, attempt, excluded)
+            try:
+                plan = self.plan(ft, attempt, excluded)
+            except EdgeNLPError as exc:
+                if not attempts:  # no candidate fits at all: the planner's error names the closest point per budget
+                    raise
+                exhausted = str(exc)  # every candidate left was ruled out by the failed attempts: report those
+                break
             pr = self.prune(ft, plan, attempt)
             ex = self.export(pr, plan, attempt)
             ver = self.verify(ft, base, plan, ex, attempt)
@@ -319,8 +326,9 @@ class Compressor:
         summary = write_reports(self, ft=ft, base=base, attempts=attempts, passed=passed)
         if passed is None:
             last = attempts[-1]["verify"].result
+            left = f"; no candidate left to try ({exhausted})" if exhausted else ""
             raise EdgeNLPError(f"no candidate met the budgets and the accuracy limit in {len(attempts)} attempt(s) "
-                               f"(last: {'; '.join(last['failures'])}); see {self.out / 'report.md'}")
+                               f"(last: {'; '.join(last['failures'])}){left}; see {self.out / 'report.md'}")
         return CompressResult(self.out, self.out / "bundle", summary)
 
 

@@ -44,3 +44,32 @@ def test_accuracy_miss_excludes_more_aggressive_budget_miss_less():
     assert is_excluded(cand(0.0, "fp32"), bud_rules)
     assert not is_excluded(cand(0.7, "int8"), bud_rules)
     assert not is_excluded(cand(0.5, "int4"), bud_rules)
+
+
+def test_planner_running_out_after_a_failed_attempt_still_writes_the_reports(monkeypatch, tmp_path):
+    """Attempt 1 misses its budget and no candidate is left for attempt 2: the reports are written, one error says why."""
+    from types import SimpleNamespace
+
+    from edgenlp.compress import pipeline, report
+    from edgenlp.errors import EdgeNLPError
+
+    c = pipeline.Compressor.__new__(pipeline.Compressor)
+    c.config, c.out, c.echo = CompressConfig(max_attempts=3), tmp_path, lambda msg: None
+    planned: list[int] = []
+
+    def plan(ft, attempt, excluded):
+        planned.append(attempt)
+        if attempt > 1:
+            assert excluded == [{"at_most": cand(0.5, "int8")}]
+            raise EdgeNLPError("no candidate meets the budgets")
+        return SimpleNamespace(result={"chosen": cand(0.5, "int8")})
+
+    verify = SimpleNamespace(result={"passed": False, "failures": ["size_mb 30 > budget 25"], "failures_kind": "budget"})
+    for name, fn in {"clear_final_outputs": lambda: None, "finetune": lambda: "ft", "baseline": lambda ft: "base", "plan": plan,
+                     "prune": lambda *a: "pr", "export": lambda *a: "ex", "verify": lambda *a: verify}.items():
+        monkeypatch.setattr(c, name, fn)
+    reported = {}
+    monkeypatch.setattr(report, "write_reports", lambda comp, **kw: reported.update(kw) or {})
+    with pytest.raises(EdgeNLPError, match=r"in 1 attempt\(s\).*size_mb 30 > budget 25.*no candidate left to try"):
+        c.run()
+    assert planned == [1, 2] and reported["passed"] is None and len(reported["attempts"]) == 1

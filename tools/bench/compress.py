@@ -73,7 +73,8 @@ def chosen_text(c: dict) -> str:
     parts = []
     if c.get("prune_method"):
         parts.append(f"{c['prune_method']} {100 * c['sparsity']:.0f}%")
-    parts.append(c.get("bits", "fp32"))
+    bits = c.get("bits", "fp32")
+    parts.append(bits if isinstance(bits, str) else "per layer " + "/".join(map(str, bits)))  # the full preset plans bits per layer
     if c.get("embeddings"):
         parts.append(f"emb {c['embeddings']}")
     if c.get("trim_vocab"):

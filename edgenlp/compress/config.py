@@ -40,10 +40,10 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
-                    prune_methods=("fast",), prune_samples=512, prune_epochs=None,
+                    prune_methods=("fast", "importance"), prune_samples=512, prune_epochs=None,
                     schemes=("fp32", "int8", "int4"), profile_runs=20),
     "full": Preset("full", train_limit=None, max_steps=None, priming_steps=None, finetune_seq_len=128,
-                   prune_methods=("fast", "cofi"), prune_samples=2048, prune_epochs=None,
+                   prune_methods=("fast", "importance", "cofi"), prune_samples=2048, prune_epochs=None,
                    schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50),
 }
 

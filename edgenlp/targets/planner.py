@@ -193,15 +193,15 @@ def default_space(*, prune_methods: tuple[str, ...] = PRUNE_METHODS, schemes: tu
 DEFAULT_PRIOR: dict[str, Any] = {
     "about": (
         "Prior: predicted dev-accuracy drop (points) of MiniLM-L6 classifiers vs the uncompressed fine-tuned model. "
-        "importance: first-order head/FFN importance + 2 epochs of logit KD, mean of SST-2 and banking77 "
-        "(RUNTIME_NOTES.md, GPU runs). cofi and fast: scaled from their papers (CoFi, Xia et al. 2022; Kwon et al. 2022) "
-        "to this smaller model (estimates). Quantization: per-channel dynamic int8 and int4 group-32 (estimates). "
+        "fast and importance: measured, mean of SST-2 and banking77 (tools/bench/results/prune.md, 2026-11-24; "
+        "importance cuts attention and FFN by the same fraction). cofi: scaled from its paper (Xia et al. 2022) to this "
+        "smaller model (estimate). Quantization: per-channel dynamic int8 and int4 group-32 (estimates). "
         "Drops add. Refresh with measured benchmark rows (AccuracyModel.with_measured)."
     ),
     "prune": {  # method -> [[sparsity, drop]], linear in between, extended by the last slope
         "cofi": [[0.0, 0.0], [0.3, 0.4], [0.5, 1.2], [0.7, 3.5], [0.8, 6.0]],
-        "fast": [[0.0, 0.0], [0.3, 1.0], [0.5, 3.0], [0.7, 10.0], [0.8, 18.0]],
-        "importance": [[0.0, 0.0], [0.3, 0.8], [0.5, 2.9], [0.7, 25.0], [0.8, 35.0]],
+        "fast": [[0.0, 0.0], [0.3, 0.82], [0.5, 2.07], [0.7, 11.6], [0.9, 36.7]],
+        "importance": [[0.0, 0.0], [0.3, 1.66], [0.5, 4.2], [0.7, 9.35], [0.9, 29.3]],
     },
     "bits": {"fp32": 0.0, "int8": 0.2, "int4": 1.0},  # per layer, averaged over layers
     "embeddings": {"none": 0.0, "int8": 0.05, "int4": 0.3},

@@ -79,15 +79,16 @@ def test_measure_components_on_a_shape_grid(sshd, host_runner, tmp_path):
 
     from edgenlp.boards import calibration_shapes, measure_components
 
-    shapes = calibration_shapes(grid=((64, 2, 128), (64, 2, 64)), num_layers=1)
+    # FFNs wide enough to take microseconds on a fast host (a 64-wide one rounded to 0.0 ms on AVX-512)
+    shapes = calibration_shapes(grid=((128, 2, 1024), (128, 2, 512)), num_layers=1)
     with open_board("ssh://board-under-test", ssh_options=("-F", str(sshd.client_config))) as board:
-        table = measure_components(board, shapes, seq_lens=(16,), threads=(1,), runs=3, warmup=1, workdir=tmp_path)
+        table = measure_components(board, shapes, seq_lens=(32,), threads=(1,), runs=3, warmup=1, workdir=tmp_path)
     assert table.device["transport"] == "ssh" and json.loads(json.dumps(table.to_dict()))["schema"] == "edgenlp.board-components/1"
     labels = {r.model for r in table.rows}
-    assert labels == {"bert-L1-H64-A2-D32-F128", "bert-L1-H64-A2-D32-F64"}
+    assert labels == {"bert-L1-H128-A2-D32-F1024", "bert-L1-H128-A2-D32-F512"}
     for label in labels:
-        row = table.lookup(model=label, seq_len=16, threads=1)
+        row = table.lookup(model=label, seq_len=32, threads=1)
         assert set(row) == {*COMPONENTS, "runtime_overhead", "total"} and row["ffn"] > 0
         assert sum(row[c] for c in COMPONENTS) + row["runtime_overhead"] == pytest.approx(row["total"], abs=1e-2)
     flops = {r.model: r.flops for r in table.rows if r.component == "ffn"}
-    assert flops["bert-L1-H64-A2-D32-F128"] == 2 * flops["bert-L1-H64-A2-D32-F64"]  # the FFN width is what differs
+    assert flops["bert-L1-H128-A2-D32-F1024"] == 2 * flops["bert-L1-H128-A2-D32-F512"]  # the FFN width is what differs

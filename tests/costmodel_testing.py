@@ -7,10 +7,11 @@ import numpy as np
 from edgenlp.models.encoder import EncoderShape
 from edgenlp.targets.costmodel import COMPONENT_FEATURES, CostTable, Observation, features
 
-# ms per unit of each feature; int8 runs its linears' FLOPs 2x faster than fp32 and costs no more elsewhere
+# ms per unit of each feature; int8 runs its linears' FLOPs 2x faster than fp32 and costs no more elsewhere; int4 sits between
 TRUTH = {
     "fp32": {"flops": 2.5e-8, "wbytes": 4e-8, "act": 2e-6, "probs": 5e-6, "calls": 4e-3, "one": 3e-2},
     "int8": {"flops": 1.25e-8, "wbytes": 4e-8, "act": 2e-6, "probs": 5e-6, "calls": 4e-3, "one": 3e-2},
+    "int4": {"flops": 1.7e-8, "wbytes": 4e-8, "act": 2e-6, "probs": 5e-6, "calls": 4e-3, "one": 3e-2},
 }
 PARALLEL = {"flops": 0.9, "act": 0.6, "probs": 0.6, "wbytes": 0.5, "calls": 0.0, "one": 0.0}
 

@@ -131,6 +131,10 @@ CASES = [
     case("targets", "show", "nowhere", message="unknown target 'nowhere'; known targets:"),
     case("targets", "show", "{file}", message="not valid TOML"),
     case("targets", "calibrate", "host", "--on", "bogus://x", message="--on 'bogus://x'"),
+    case("targets", "calibrate", "host", "--precisions", "executorch/int2", message="--precisions 'executorch/int2': choose from"),
+    case("targets", "calibrate", "host", "--merge", "{file}", message="cannot read cost table"),
+    case("targets", "calibrate", "pixel-7", "--on", "qemu:cortex-a76", "--precisions", "executorch/int4",
+         message="apply to host calibration only"),
     # compress
     case("compress", "--target", "nowhere", "--out", "{out}", message="unknown target 'nowhere'"),
     case("compress", "--task", "nope", "--target", "host", "--out", "{out}", message="unknown task 'nope'"),

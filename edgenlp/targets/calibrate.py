@@ -9,12 +9,18 @@ ONNX with a dynamic sequence axis) and profiled with the profiler's measurers
 (:mod:`edgenlp.profile`); one profile document per (shape, runtime,
 precision, seq_len, threads) becomes one :class:`Observation`.
 
-Precisions measured: fp32 and int8 through ExecuTorch (int8: the quantize
-step's own flow, dynamic per-token activations × per-channel int8 weights on
-every linear, lowered to XNNPACK) and ONNX Runtime (int8: its dynamic
+Precisions measured (:data:`RUNTIME_PRECISIONS`): fp32, int8 and int4 through
+ExecuTorch (the quantize step's own flows, lowered to XNNPACK: dynamic
+per-token int8 activations × per-channel int8 weights, or × int4 groupwise
+weights, on every linear) and fp32 and int8 through ONNX Runtime (its dynamic
 per-channel flow, ``onnxruntime.quantization.quantize_dynamic`` on the
-linears). int4 is not measured by default (``lower_quantized_pte`` builds it
-for ExecuTorch); the cost model derives it from int8 and says so.
+linears). int4 gets rows of its own because XNNPACK's int4 kernels are not
+int8's speed with half the bytes: on an AVX-512 VNNI host a MiniLM ran 35%
+slower in int4 than in int8. A precision left out (``runtime_precisions``) is
+derived by the cost model from the others, labelled as such.
+
+:func:`merge_tables` adds a calibration of some precisions to an existing
+table of the same machine, rescaled to that table's reference speed.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ GRID: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((12,) * 3, (384,) * 3),
     ((3,) * 4, (1536,) * 4),
 )
-RUNTIME_PRECISIONS = (("executorch", "fp32"), ("executorch", "int8"), ("onnx", "fp32"), ("onnx", "int8"))
+RUNTIME_PRECISIONS = (("executorch", "fp32"), ("executorch", "int8"), ("executorch", "int4"), ("onnx", "fp32"), ("onnx", "int8"))
 # Re-measured before every step on a shared machine: observations are scaled by (first / current) reference time.
 REFERENCE = ((12, 12), (1536, 1536))
 
@@ -220,9 +226,34 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
             obs += got
             bar.advance(task)
     notes = {"measured": sorted({f"{o.runtime}/{o.precision}" for o in obs}),
-             "assumed": "precisions not in 'measured' (int4 by default): derived by throughput ratios",
+             "assumed": "precisions not in 'measured': derived by throughput ratios",
              "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
     if normalize and ref_first:
         notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors], fp32_gemm_gflops=round(gemm, 2),
                      reference=f"ONNX Runtime fp32, heads {REFERENCE[0]}, ffn {REFERENCE[1]}, seq 128, 1 thread (fastest run)")
     return CostTable(obs, key if key is not None else cpu_key(), device, notes)
+
+
+def merge_tables(base: CostTable, new: CostTable) -> CostTable:
+    """``base`` with ``new``'s observations added; ``new`` replaces base rows of the runtimes/precisions it measured.
+
+    Both must come from the same machine key (CPU and runtime versions).
+    Host calibrations are normalized to the speed their reference shape ran
+    at (``notes["reference_ms"]``); ``new``'s rows are rescaled by
+    ``base reference / new reference``, so the merged table describes one
+    machine speed. Raises :class:`EdgeNLPError` for different keys or devices.
+    """
+    from edgenlp.errors import EdgeNLPError
+
+    if base.key != new.key or base.device != new.device:
+        raise EdgeNLPError(f"cannot merge calibrations of different machines ({base.device} {base.key} vs {new.device} {new.key})")
+    measured = {(o.runtime, o.precision) for o in new.observations}
+    factor = 1.0
+    if base.notes.get("reference_ms") and new.notes.get("reference_ms"):
+        factor = float(base.notes["reference_ms"]) / float(new.notes["reference_ms"])
+    obs = [o for o in base.observations if (o.runtime, o.precision) not in measured] + [_scaled(o, factor) for o in new.observations]
+    notes = {**base.notes, "measured": sorted({f"{o.runtime}/{o.precision}" for o in obs})}
+    notes["merged"] = [*base.notes.get("merged", []),
+                       {"measured": sorted(f"{r}/{p}" for r, p in measured), "reference_ms": new.notes.get("reference_ms"),
+                        "scaled_by": round(factor, 3), "runs": new.notes.get("runs"), "threads": new.notes.get("threads")}]
+    return CostTable(obs, base.key, base.device, notes)

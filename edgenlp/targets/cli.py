@@ -134,8 +134,13 @@ def _minilm_predictions(target) -> list[str]:
 @click.option("--shapes", type=click.IntRange(2, 64), default=None, help="Measure only the first N shapes of the grid (quick checks).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here (e.g. targets/NAME.measured.json).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep lowered calibration models here (default: a temp dir).")
+@click.option("--precisions", default=None, metavar="RT/PREC,...",
+              help="Host only: the runtime/precision pairs to measure, e.g. executorch/int4 "
+                   "(default: executorch/fp32,int8,int4 and onnx/fp32,int8).")
+@click.option("--merge", "merge", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Host only: add the measured rows to this table of the same machine (rescaled to its reference speed).")
 def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: str, shapes: int | None, out: Path | None,
-                  workdir: Path | None) -> None:  # fmt: skip
+                  workdir: Path | None, precisions: str | None, merge: Path | None) -> None:  # fmt: skip
     """Calibrate the cost model by profiling a grid of encoder shapes through the real runtimes.
 
     Without --on, TARGET must be `host`: the table goes to the user cache
@@ -151,9 +156,10 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
       edgenlp targets calibrate host
       edgenlp targets calibrate raspberry-pi-5 --on ssh://pi@raspberrypi.local --threads 1,4
       edgenlp targets calibrate my-board.toml --on qemu:cortex-a76 --runs 5
+      edgenlp targets calibrate host --precisions executorch/int4 --merge targets/host.costs.json --out targets/host.costs.json
     """
-    from edgenlp.targets.calibrate import calibrate, grid_shapes
-    from edgenlp.targets.costmodel import device_table_cache_path, host_table_path
+    from edgenlp.targets.calibrate import RUNTIME_PRECISIONS, calibrate, grid_shapes, merge_tables
+    from edgenlp.targets.costmodel import CostTable, device_table_cache_path, host_table_path
     from edgenlp.targets.target import load_target, targets_dir
 
     t = load_target(target)
@@ -163,6 +169,15 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
         raise EdgeNLPError(f"--threads must be comma-separated integers, got {threads!r}") from None
     if not thread_list or min(thread_list) < 1:
         raise EdgeNLPError(f"--threads must list positive integers, got {threads!r}")
+    if on is not None and (precisions or merge):
+        raise EdgeNLPError("--precisions and --merge apply to host calibration only (a board measures fp32 through the native runtime)")
+    pairs = RUNTIME_PRECISIONS
+    if precisions:
+        pairs = tuple(tuple(x.strip().split("/", 1)) for x in precisions.split(",") if x.strip())
+        bad = [f"{'/'.join(p)}" for p in pairs if p not in RUNTIME_PRECISIONS]
+        if bad or not pairs:
+            raise EdgeNLPError(f"--precisions {precisions!r}: choose from {', '.join('/'.join(p) for p in RUNTIME_PRECISIONS)}")
+    base = CostTable.load(merge) if merge is not None else None
     if on is None:
         if t.name != "host":
             raise EdgeNLPError(f"calibrating {t.name} needs --on URI (a board to measure on); without --on only `host` is calibrated")
@@ -170,7 +185,14 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
 
         if max(thread_list) > (os.cpu_count() or 1):
             raise EdgeNLPError(f"--threads {max(thread_list)} exceeds this host's {os.cpu_count()} cores")
-        table = calibrate(shapes=grid_shapes()[:shapes], threads=thread_list, runs=runs, workdir=workdir)
+        if base is not None:
+            from edgenlp.targets.costmodel import cpu_key
+
+            if base.key != cpu_key():
+                raise EdgeNLPError(f"--merge {merge}: that table was measured on another CPU or runtime versions ({base.key})")
+        table = calibrate(shapes=grid_shapes()[:shapes], runtime_precisions=pairs, threads=thread_list, runs=runs, workdir=workdir)
+        if base is not None:
+            table = merge_tables(base, table)
         dest = host_table_path(table.key)
     else:
         table = _calibrate_on_board(t, on, cores=cores, threads=thread_list, runs=runs, workdir=workdir, shapes=shapes)

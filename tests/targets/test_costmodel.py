@@ -180,9 +180,9 @@ def test_shipped_reference_table_prices_every_target(tmp_path, monkeypatch):
         assert all(x.estimated and x.latency_ms > 0 for x in p) and p[1].size_mb < p[0].size_mb, entry.name
 
 
-@pytest.mark.parametrize("precision", ["int8"])
+@pytest.mark.parametrize("precision", ["int8", "int4"])
 def test_calibration_measures_executorch_quantized_programs(tmp_path, precision):
-    """ExecuTorch int8 rows are measured on a program whose linears really are quantized (a quarter of the weight bytes)."""
+    """ExecuTorch int8/int4 rows are measured on a program whose linears really are quantized (a quarter of the weight bytes or less)."""
     from edgenlp.targets.calibrate import measure_shape
 
     shape = tiny_shape((4, 0, 2), (256, 128, 0), hidden=128, vocab=16)
@@ -194,3 +194,26 @@ def test_calibration_measures_executorch_quantized_programs(tmp_path, precision)
     pte_fp32 = (tmp_path / "fp32" / "model.pte").stat().st_size
     pte_q = (tmp_path / precision / f"model.{precision}.pte").stat().st_size
     assert pte_q < 0.45 * pte_fp32, (pte_q, pte_fp32)
+
+
+def test_merging_a_calibration_rescales_it_to_the_base_tables_speed_and_replaces_its_rows(host):
+    """A later calibration of some precisions joins an older table as if measured at the older table's machine speed."""
+    from edgenlp.errors import EdgeNLPError
+    from edgenlp.targets.calibrate import merge_tables
+
+    key = {"cpu": "test"}
+    base = CostTable(synthetic_observations(precisions=("fp32", "int8")), key, "host", {"reference_ms": 4.0, "measured": []})
+    slower = [dataclasses.replace(o, total_ms=o.total_ms * 2, components={k: v * 2 for k, v in o.components.items()})
+              for o in synthetic_observations(precisions=("int8", "int4"))]
+    new = CostTable(slower, key, "host", {"reference_ms": 8.0, "runs": 5})  # the machine ran at half speed
+    merged = merge_tables(base, new)
+    by = lambda t, p: sorted(o.total_ms for o in t.observations if o.precision == p)  # noqa: E731
+    assert by(merged, "fp32") == by(base, "fp32")
+    assert by(merged, "int8") == pytest.approx(by(base, "int8"))  # replaced by the new rows, rescaled to the base speed
+    assert len(by(merged, "int4")) == len(by(new, "int4")) and merged.notes["measured"] == ["executorch/fp32", "executorch/int4", "executorch/int8"]
+    assert merged.notes["merged"][-1]["scaled_by"] == 0.5
+    assert CostTable.from_dict(json.loads(json.dumps(merged.to_dict()))).notes["merged"]
+    p = CostModel(host, merged, host=host, runtime="executorch").predict(tiny_shape((4,), (64,)), bits="int4", seq_len=32)
+    assert not p.estimated and "host calibration" in p.basis  # int4 is priced from its own rows
+    with pytest.raises(EdgeNLPError, match="different machines"):
+        merge_tables(base, CostTable(new.observations, {"cpu": "other"}, "host", {}))

@@ -7,7 +7,7 @@ values), none of them in the calibration grid, lowers each the way a bundle
 is, measures it through the real runtime with the profiler's measurers
 (:func:`edgenlp.targets.calibrate.measure_shape`) and compares with
 ``CostModel.predict`` from the host calibration (``edgenlp targets calibrate
-host``). Variants alternate fp32 and int8 and run through each of
+host``). Variants cycle through ``--precisions`` (default fp32 and int8) and run through each of
 ``--runtimes`` (default ExecuTorch, the runtime the device targets use; int8 =
 the quantize step's per-channel int8 linears on XNNPACK, or ONNX Runtime's
 dynamic per-channel flow).
@@ -23,6 +23,7 @@ runtime versions, load averages included), after every variant.
 
     python tools/bench/cost_model.py                       # 20 variants, seq 128, 1 thread, ExecuTorch fp32/int8
     python tools/bench/cost_model.py --variants 24 --threads 2 --runtimes executorch,onnx
+    python tools/bench/cost_model.py --variants 8 --precisions int4 --out tools/bench/results/cost_model-int4
 """
 
 from __future__ import annotations
@@ -157,6 +158,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", type=int, default=20)
     ap.add_argument("--runtimes", default="executorch", help="comma-separated: executorch, onnx (each variant runs on each)")
+    ap.add_argument("--precisions", default="fp32,int8", help="comma-separated: fp32, int8, int4 (variants cycle through them; "
+                    "int4 is ExecuTorch only)")
     ap.add_argument("--slice", default=":", help="measure only these variants of the plan (Python slice, e.g. 10:20)")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
@@ -200,7 +203,10 @@ def main() -> None:
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     if not runtimes or set(runtimes) - {"executorch", "onnx"}:
         raise SystemExit(f"error: --runtimes takes executorch and/or onnx, got {args.runtimes!r}")
-    plan = [(shape, rt, "fp32" if i % 2 == 0 else "int8")
+    precs = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    if not precs or set(precs) - {"fp32", "int8", "int4"} or ("int4" in precs and "onnx" in runtimes):
+        raise SystemExit(f"error: --precisions takes fp32, int8 and int4 (int4 with ExecuTorch only), got {args.precisions!r}")
+    plan = [(shape, rt, precs[i % len(precs)])
             for i, shape in enumerate(variants(args.variants, seed=args.seed)) for rt in runtimes]
     a, _, b = args.slice.partition(":")
     plan = plan[int(a) if a else None : int(b) if b else None]

@@ -401,6 +401,26 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed)
 
 
+def _tradeoff(budgets: Budgets, considered: list[Considered]) -> list[str]:
+    """Where accuracy and the latency budget pull apart: the best of each side among candidates that meet everything else."""
+    out = []
+    if budgets.latency_ms is not None:
+        # meets the accuracy bound and the memory/size budgets, misses only latency
+        accurate = [c for c in considered if set(c.violations) <= {"latency"}]
+        if accurate:
+            fastest = min(accurate, key=lambda c: c.prediction.latency_ms)
+            out.append(f"within the accuracy bound and the other budgets the fastest is {fastest.candidate.label} at "
+                       f"{fastest.prediction.latency_ms:.3g} ms ({fastest.prediction.latency_ms / budgets.latency_ms:.2g}x the latency budget)")
+        else:
+            out.append("no candidate meets the accuracy bound and the memory and size budgets together, at any latency")
+    frugal = [c for c in considered if set(c.violations) <= {"accuracy"}]
+    if frugal:
+        best = min(frugal, key=lambda c: c.drop)
+        out.append(f"within the latency, memory and size budgets the smallest predicted drop is {best.drop:.2f} points "
+                   f"({best.candidate.label})")
+    return out
+
+
 def _closest_message(target: Target, budgets: Budgets, considered: list[Considered], acc: AccuracyModel,
                      max_drop: float | None) -> str:  # fmt: skip
     parts = []
@@ -418,6 +438,7 @@ def _closest_message(target: Target, budgets: Budgets, considered: list[Consider
     if max_drop is not None:
         best = max(considered, key=lambda c: c.accuracy)
         parts.append(f"accuracy drop ≤ {max_drop:g}: smallest predicted drop {acc.baseline - best.accuracy:.2f} ({best.candidate.label})")
+        parts += _tradeoff(budgets, considered)
     # the candidate closest to fitting overall: smallest worst relative excess
     def excess(c: Considered) -> float:
         r = [c.prediction.latency_ms / budgets.latency_ms if budgets.latency_ms else 0.0,

@@ -42,12 +42,17 @@ the shipped files carries a source comment. The schema::
     [measured]                       # optional: free-form numbers measured on the device (host.toml)
 
 ``load_target("pixel-7")`` reads ``targets/pixel-7.toml``; a path to a user's
-own file works wherever a name does. The folder is the repository's
+own file works wherever a name does. The built-in ``host`` is the machine
+edgenlp runs on (:func:`this_machine`): ``targets/host.toml`` describes the
+reference host the shipped cost table was measured on, and loading it probes
+this machine's CPU, cores, ISA flags and memory over it, with this machine's
+calibrated rates once ``edgenlp targets calibrate host`` has run here. The folder is the repository's
 ``targets/`` unless ``EDGENLP_TARGETS_DIR`` names another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import tomllib
@@ -345,14 +350,129 @@ def load_target(name_or_path: str | Path) -> Target:
     if spec.endswith(".toml") or path.is_file() or os.sep in spec:
         if not path.is_file():
             raise TargetError(f"target file not found: {path}")
-        return parse_target(path)
+        target = parse_target(path)
+        if path.resolve() == (targets_dir() / "host.toml").resolve():
+            return _host(target)
+        return target
     known = {e.name: e.path for e in list_targets()}
     if spec not in known:
         raise TargetError(f"unknown target {spec!r}; known targets: {', '.join(sorted(known)) or 'none'} (or pass a .toml file)")
     target = parse_target(known[spec])
     if target.name != spec:
         raise TargetError(f"{known[spec]}: field 'name' is {target.name!r} but the file is named {spec}.toml")
-    return target
+    return _host(target) if spec == "host" else target
+
+
+def _host(reference: Target) -> Target:
+    """The built-in ``host`` target is this machine (``EDGENLP_HOST_AS_FILE=1``: the file as written)."""
+    return reference if os.environ.get("EDGENLP_HOST_AS_FILE") == "1" else this_machine(reference)
+
+
+# /proc/cpuinfo flag -> target ISA flag, per architecture
+_CPUINFO_FLAGS = {
+    "x86_64": {"avx2": "avx2", "fma": "fma", "avx512f": "avx512f", "avx512_vnni": "avx512_vnni", "avx": "avx", "sse4_2": "sse4_2",
+               "f16c": "f16c", "avx512bw": "avx512bw", "avx_vnni": "avx_vnni", "amx_tile": "amx"},
+    "aarch64": {"asimd": "neon", "asimddp": "dotprod", "i8mm": "i8mm", "fphp": "fp16", "sve": "sve", "sve2": "sve2", "bf16": "bf16"},
+}
+
+
+def probe_this_machine() -> dict[str, Any]:
+    """What the ``host`` target takes from the running machine: arch, CPU model, cores, ISA flags, memory."""
+    import platform
+
+    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower())
+    out: dict[str, Any] = {"arch": arch, "cores": os.cpu_count() or 1, "model": "", "isa": (), "memory_mb": None, "freq_ghz": None}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        text = ""
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        key = key.strip()
+        if key in ("model name", "Model") and not out["model"]:
+            out["model"] = val.strip()
+        if key in ("flags", "Features") and not flags:
+            flags = set(val.split())
+        if key == "cpu MHz" and out["freq_ghz"] is None:
+            with contextlib.suppress(ValueError):
+                out["freq_ghz"] = round(float(val) / 1000.0, 2) or None
+    table = _CPUINFO_FLAGS.get(arch, {})
+    out["isa"] = tuple(sorted({ours for theirs, ours in table.items() if theirs in flags}))
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                out["memory_mb"] = round(int(line.split()[1]) / 1024.0)
+                break
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def this_machine(reference: Target, *, probe: dict[str, Any] | None = None, rates: dict[str, float] | None = None) -> Target:
+    """The ``host`` target as the machine that runs edgenlp, over the reference ``targets/host.toml``.
+
+    The CPU model, core count, ISA flags and memory size are probed from this
+    machine. The per-core rates are this machine's when it has been calibrated
+    (``rates``, default :func:`host_rates`: the one-thread fp32 GEMM rate that
+    ``edgenlp targets calibrate host`` recorded; int8 keeps the reference file's
+    int8 : fp32 ratio, which was measured through ExecuTorch); otherwise the
+    reference host's, and the description says so. The memory bandwidth stays
+    the reference host's. ``measured`` records where each number came from.
+    """
+    import dataclasses
+
+    probe = probe if probe is not None else probe_this_machine()
+    rates = rates if rates is not None else host_rates()
+    if probe["arch"] not in ARCHES:
+        return reference
+    ref_cluster = reference.clusters[0]
+    same_cpu = probe["model"] == ref_cluster.core or probe["model"] in reference.description
+    fp32 = ref_cluster.fp32_gflops_per_core
+    int8 = ref_cluster.int8_gops_per_core
+    if rates.get("fp32_gemm_gflops"):
+        fp32 = float(rates["fp32_gemm_gflops"])
+        int8 = fp32 * ref_cluster.int8_gops_per_core / ref_cluster.fp32_gflops_per_core
+        basis = "rates from this machine's calibration"
+    elif same_cpu:
+        basis = "rates from the reference file (same CPU model)"
+    else:
+        basis = f"rates of the reference host ({ref_cluster.core}) until `edgenlp targets calibrate host` runs here"
+    cores = max(1, int(probe["cores"]))
+    cluster = dataclasses.replace(ref_cluster, core=probe["model"] or ref_cluster.core, cores=cores, fp32_gflops_per_core=fp32,
+                                  int8_gops_per_core=int8, freq_ghz=probe.get("freq_ghz") or ref_cluster.freq_ghz)
+    budgets = reference.budgets if reference.budgets.threads <= cores else dataclasses.replace(reference.budgets, threads=cores)
+    model = probe["model"] or "unknown CPU"
+    # the reference file's own measurements describe its machine: keep them, named so unless this is that CPU
+    measured = {(k if same_cpu else f"reference_{k}"): v for k, v in reference.measured}
+    measured.update({"probed_cores": float(cores), "fp32_gflops_per_core_used": round(fp32, 2)})
+    return dataclasses.replace(
+        reference,
+        description=f"This machine: {model} ({probe['arch']}, {cores} cores); {basis}",
+        arch=probe["arch"],
+        isa=tuple(probe["isa"]) or reference.isa,
+        memory_mb=float(probe["memory_mb"] or reference.memory_mb),
+        clusters=(cluster,),
+        budgets=budgets,
+        measured=tuple(sorted(measured.items())),
+    )
+
+
+def host_rates() -> dict[str, float]:
+    """Rates recorded by this machine's calibration (``notes`` of its cached cost table), or ``{}``."""
+    import json
+
+    try:
+        from edgenlp.targets.costmodel import host_table_path
+
+        path = host_table_path()
+        if not path.is_file():
+            return {}
+        notes = json.loads(path.read_text()).get("notes", {})
+    except (OSError, ValueError, ImportError):
+        return {}
+    gemm = notes.get("fp32_gemm_gflops")
+    return {"fp32_gemm_gflops": float(gemm)} if isinstance(gemm, (int, float)) and gemm > 0 else {}
 
 
 def measured_table_path(target: Target) -> Path:

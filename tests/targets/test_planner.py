@@ -81,6 +81,23 @@ def test_impossible_budget_states_closest_point_per_budget(setup):
         plan(host, Budgets(seq_len=64, threads=1), cost_model=cm, accuracy_model=acc, shape=BASE, max_drop=-1.0)
 
 
+def test_budget_met_only_by_inaccurate_candidates_names_both_sides_of_the_tradeoff(setup):
+    host, cm, acc = setup
+    considered = plan(host, Budgets(seq_len=64, threads=1), cost_model=cm, accuracy_model=acc, shape=BASE).considered
+    accurate = [c for c in considered if c.drop <= 1.0]
+    fastest_accurate = min(c.prediction.latency_ms for c in accurate)
+    # a latency budget that only candidates predicted to lose more than a point can meet
+    budget = fastest_accurate * 0.9
+    assert any(c.prediction.latency_ms <= budget for c in considered)
+    with pytest.raises(BudgetError) as err:
+        plan(host, Budgets(latency_ms=budget, seq_len=64, threads=1), cost_model=cm, accuracy_model=acc, shape=BASE, max_drop=1.0)
+    msg = str(err.value)
+    assert "within the accuracy bound and the other budgets the fastest is" in msg and f"at {fastest_accurate:.3g} ms" in msg
+    smallest = min(c.drop for c in considered if c.prediction.latency_ms <= budget)
+    assert f"the smallest predicted drop is {smallest:.2f} points" in msg
+    assert "\n" not in msg
+
+
 def test_candidate_shape_and_accuracy_prior():
     c = Candidate(prune_method="cofi", sparsity=0.5, bits="int8", embeddings="int8", trim_vocab=True)
     s = candidate_shape(BASE, c)

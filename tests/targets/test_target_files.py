@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -138,3 +139,30 @@ def test_calibrate_on_a_board_without_board_support(monkeypatch):
     assert r.exit_code == 2 and r.output.startswith("error: --on needs board support")
     r = invoke("targets", "calibrate", "host", "--threads", "1,x")
     assert r.exit_code == 2 and "--threads" in r.output
+
+
+def test_host_target_describes_the_machine_it_runs_on(monkeypatch):
+    """The built-in host is this machine: probed CPU, cores, ISA and memory; rates from its calibration when there is one."""
+    from edgenlp.targets.target import parse_target, this_machine
+
+    monkeypatch.setenv("EDGENLP_HOST_AS_FILE", "1")
+    reference = load_target("host")
+    assert reference == parse_target(targets_dir() / "host.toml")
+    ref_rate = reference.clusters[0].fp32_gflops_per_core
+    probe = {"arch": "x86_64", "model": "Some Other CPU", "cores": 1, "isa": ("avx2", "fma"), "memory_mb": 4096, "freq_ghz": 3.1}
+    uncalibrated = this_machine(reference, probe=probe, rates={})
+    assert uncalibrated.cores == 1 and uncalibrated.budgets.threads == 1
+    assert uncalibrated.isa == ("avx2", "fma") and uncalibrated.memory_mb == 4096
+    assert uncalibrated.clusters[0].core == "Some Other CPU" and uncalibrated.clusters[0].freq_ghz == 3.1
+    assert uncalibrated.clusters[0].fp32_gflops_per_core == ref_rate  # no calibration here: the reference rates, and it says so
+    assert "until `edgenlp targets calibrate host`" in uncalibrated.description
+    assert {f"reference_{k}" for k, _ in reference.measured} <= set(uncalibrated.measured_dict)
+    calibrated = this_machine(reference, probe=probe, rates={"fp32_gemm_gflops": 40.0})
+    c = calibrated.clusters[0]
+    assert c.fp32_gflops_per_core == 40.0
+    ref = reference.clusters[0]
+    assert c.int8_gops_per_core == pytest.approx(40.0 * ref.int8_gops_per_core / ref.fp32_gflops_per_core)
+    assert "calibration" in calibrated.description
+    monkeypatch.delenv("EDGENLP_HOST_AS_FILE")
+    live = load_target("host")
+    assert live.cores == (os.cpu_count() or 1) and live == load_target(targets_dir() / "host.toml")

@@ -12,6 +12,8 @@ Writes into ``tools/bench/results/``:
 
     python tools/bench/boards.py --bundle out/minilm-sst2              # any bundle with a .pte
     python tools/bench/boards.py --teacher /work/artifacts/teachers/sst2 --task sst2   # exported first
+    python tools/bench/boards.py --teacher out/compress/finetune/model --task sst2 --quant fp32,int8
+        # one bundle per precision (int8: the quantize step's int8 linears), the shares side by side
 """
 
 from __future__ import annotations
@@ -44,14 +46,15 @@ def column_label(rt: str) -> str:
     return LABEL.get(rt, rt)
 
 
-def export(teacher: str, task: str, out: Path, seq_len: int) -> Path:
+def export(teacher: str, task: str, out: Path, seq_len: int, quant: str = "fp32") -> Path:
     from click.testing import CliRunner
 
     from edgenlp.cli import main
 
     buckets = ",".join(str(b) for b in (16, 32, 64, 128) if b <= seq_len)
+    extra = [] if quant == "fp32" else ["--quant", quant]
     r = CliRunner().invoke(main, ["export", teacher, "--task", task, "--format", "pte", "--seq-len", str(seq_len),
-                                  "--buckets", buckets, "--out", str(out)])  # fmt: skip
+                                  "--buckets", buckets, *extra, "--out", str(out)])  # fmt: skip
     if r.exit_code != 0:
         if r.exc_info is not None and not isinstance(r.exception, SystemExit):
             raise r.exception
@@ -81,10 +84,37 @@ def merge_host(board_docs: list[dict], host_docs: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(docs: list[dict], config: dict, seconds: float, env: dict) -> str:
+def shares(doc: dict, rt: str) -> dict[str, float]:
+    total = doc["total"]["components_sum_ms"][rt] or 1.0
+    return {c["name"]: 100 * c["latency_ms"][rt] / total for c in doc["components"]}
+
+
+def comparison(variants: dict[str, list[dict]]) -> list[str]:
+    """Shares of every (precision, runtime) column side by side, one table per sequence length."""
+    names = list(variants)
+    lines = []
+    for i, doc0 in enumerate(variants[names[0]]):
+        cols = [(v, rt) for v in names for rt in variants[v][i]["runtimes"]]
+        sh = {(v, rt): shares(variants[v][i], rt) for v, rt in cols}
+        lines += [f"## Shares side by side: seq {doc0['seq_len']}, {doc0['threads']} thread(s)", "",
+                  "| component | " + " | ".join(f"{v}: {column_label(rt)}" for v, rt in cols) + " |",
+                  "|---|" + "---:|" * len(cols)]  # fmt: skip
+        for c in doc0["components"]:
+            lines.append(f"| {c['name']} | " + " | ".join(f"{sh[col][c['name']]:.1f}%" for col in cols) + " |")
+        tot = {(v, rt): variants[v][i]["total"]["latency_ms"][rt] for v, rt in cols}
+        lines.append("| end-to-end median ms | " + " | ".join(f"{tot[col]:.1f}" for col in cols) + " |")
+        if len(names) > 1:
+            base = names[0]
+            lines.append(f"| × {base} (same column) | " + " | ".join(
+                f"{tot[(v, rt)] / tot[(base, rt)]:.2f}×" if (base, rt) in tot else "–" for v, rt in cols) + " |")
+        lines.append("")
+    return lines
+
+
+def markdown(docs: list[dict], config: dict, seconds: float, env: dict, *, title: str = "", level: str = "#") -> str:
     cpu = env["cpu"]
     lines = [
-        "# Per-component profile on boards (tools/bench/boards.py)",
+        f"{level} Per-component profile on boards (tools/bench/boards.py){title}",
         "",
         "**qemu (emulated, not device times)**: the `qemu` columns run the aarch64 runner under `qemu-aarch64 -cpu CPU` "
         "on this x86 host; their milliseconds measure emulation, not a Cortex-A53 or A76. Compare shares, not times.",
@@ -97,7 +127,7 @@ def markdown(docs: list[dict], config: dict, seconds: float, env: dict) -> str:
     ]
     for doc in docs:
         rts = doc["runtimes"]
-        lines += [f"## seq {doc['seq_len']}, {doc['threads']} thread(s)", "",
+        lines += [f"{level}# seq {doc['seq_len']}, {doc['threads']} thread(s)", "",
                   "| component | FLOPs share | " + " | ".join(column_label(rt) for rt in rts) + " |",
                   "|---|---:|" + "---:|" * len(rts)]  # fmt: skip
         for c in doc["components"]:
@@ -127,6 +157,8 @@ def main(argv=None) -> int:
     ap.add_argument("--bundle", help="A bundle directory with model.pte.")
     ap.add_argument("--teacher", help="A fine-tuned model directory to export first (with --task).")
     ap.add_argument("--task", default="sst2")
+    ap.add_argument("--quant", default="fp32",
+                    help="With --teacher: comma-separated precisions to export and profile (fp32, int8, int4), one section each.")
     ap.add_argument("--cpus", default="cortex-a53,cortex-a76")
     ap.add_argument("--seq-len", default="32")
     ap.add_argument("--runs", type=int, default=3)
@@ -141,34 +173,46 @@ def main(argv=None) -> int:
     from edgenlp.utils import atomic_write_json, atomic_write_text, environment
 
     seq_lens = tuple(int(s) for s in args.seq_len.split(","))
+    quants = [q.strip() for q in args.quant.split(",") if q.strip()]
+    if args.bundle and quants != ["fp32"]:
+        ap.error("--quant needs --teacher (a bundle is profiled as it is)")
+    variants: dict[str, list[dict]] = {}
+    t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        if args.bundle:
-            bundle = Path(args.bundle)
-        elif args.teacher:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-boards-")))
-            bundle = export(args.teacher, args.task, tmp / "bundle", max(seq_lens))
-        else:
+        if not args.bundle and not args.teacher:
             ap.error("give --bundle or --teacher")
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-boards-")))
         rts = []
         for cpu in args.cpus.split(","):
             board = stack.enter_context(open_board(f"qemu:{cpu}"))
             rts.append(stack.enter_context(board_runtime(board)))
-        config = ProfileConfig(seq_lens=seq_lens, runtimes=tuple(rts), threads=(1,), runs=args.runs, warmup=args.warmup)
-        t0 = time.perf_counter()
-        board_docs = profile(bundle, config)
-        host_docs = profile(bundle, ProfileConfig(seq_lens=seq_lens, runtimes=("native",), threads=(1,), runs=args.host_runs,
-                                                  warmup=max(3, args.warmup)))  # fmt: skip
-        docs = merge_host(board_docs, host_docs)
-        seconds = time.perf_counter() - t0
+        for quant in quants:
+            bundle = Path(args.bundle) if args.bundle else export(args.teacher, args.task, tmp / quant, max(seq_lens), quant)
+            log.info("profiling the %s bundle on %s and the host", quant, ", ".join(rts))
+            config = ProfileConfig(seq_lens=seq_lens, runtimes=tuple(rts), threads=(1,), runs=args.runs, warmup=args.warmup)
+            board_docs = profile(bundle, config)
+            host_docs = profile(bundle, ProfileConfig(seq_lens=seq_lens, runtimes=("native",), threads=(1,), runs=args.host_runs,
+                                                      warmup=max(3, args.warmup)))  # fmt: skip
+            variants[quant] = merge_host(board_docs, host_docs)
+    seconds = time.perf_counter() - t0
     env = environment()
-    cfg = {"bundle": args.teacher or str(bundle), "cpus": args.cpus, "seq_lens": list(seq_lens), "runs": args.runs,
-           "warmup": args.warmup, "host_runs": args.host_runs}  # fmt: skip
+    cfg = {"bundle": args.teacher or str(args.bundle), "task": args.task, "quant": quants, "cpus": args.cpus,
+           "seq_lens": list(seq_lens), "runs": args.runs, "warmup": args.warmup, "host_runs": args.host_runs}  # fmt: skip
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out.with_suffix(".json"), {"config": cfg, "seconds": round(seconds, 1), "environment": env,
                                                  "note": "qemu columns are emulation times, not device times",
-                                                 "profiles": docs})  # fmt: skip
-    atomic_write_text(out.with_suffix(".md"), markdown(docs, cfg, seconds, env))
+                                                 "profiles": variants[quants[0]] if len(quants) == 1 else None,
+                                                 "variants": variants})  # fmt: skip
+    if len(quants) == 1:
+        text = markdown(variants[quants[0]], cfg, seconds, env)
+    else:
+        text = "\n".join(["# Per-component profile on boards, " + " vs ".join(quants) + " (tools/bench/boards.py)", "",
+                          "**qemu (emulated, not device times)**: compare shares and ratios within a column, not times.", "",
+                          *comparison(variants)])
+        for q in quants:
+            text += "\n" + markdown(variants[q], cfg, seconds, env, title=f": {q}", level="##")
+    atomic_write_text(out.with_suffix(".md"), text)
     print(json.dumps({"json": str(out.with_suffix(".json")), "md": str(out.with_suffix(".md")), "seconds": round(seconds, 1)}))
     return 0
 

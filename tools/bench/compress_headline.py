@@ -161,22 +161,50 @@ def markdown(r: dict) -> str:
               f"Size budget: {r['size_fraction']:.0%} of the fp32 `model.pte` ({f(r['fp32_pte_mb'], 1)} MB) = {f(r['size_budget_mb'], 1)} MB; "
               f"max drop {r['max_drop']} points.", ""]
     c = r["compress"]
+
+    def outcome_rows(c: dict, *, limit_drop: float | None) -> list[str]:
+        lat = c.get("host_ms_beside_peers")
+        fastest = r.get("fastest_peer_ms_after")
+        return [f"| chosen | | {c['chosen']} | |",
+                f"| dev accuracy | {'≥ ' + f(100 * c['reference'] - limit_drop) + '%' if limit_drop is not None else 'no limit'} "
+                f"(uncompressed {f(100 * c['reference'])}%) | {f(100 * c['measured'])}% ({f(c['drop_points'])} points) | "
+                f"{'yes' if c['drop_points'] <= r['max_drop'] else 'no'} |",
+                f"| latency, beside the peers | ≤ {f(r['latency_budget_ms'])} ms | {f(lat)} ms "
+                f"({f(fastest / lat if lat and fastest else None)}× the fastest peer) | {'yes' if c.get('latency_met') else 'no'} |",
+                f"| size (`model.pte`) | ≤ {f(r['size_budget_mb'], 1)} MB | {f(c.get('size_mb'), 1)} MB "
+                f"({(c.get('size_mb') or 0) / r['fp32_pte_mb']:.1%} of fp32) | {'yes' if c.get('size_met') else 'no'} |"]
+
     if c.get("error"):
         lines += ["## Outcome", "", f"`compress` did not produce a bundle: {c['error']}", ""]
     else:
-        lines += ["## Outcome", "", "| | target | result | met |", "|---|---|---|---|",
-                  f"| chosen | | {c['chosen']} | |",
-                  f"| dev accuracy | ≥ {f(100 * c['reference'] - r['max_drop'])}% (uncompressed {f(100 * c['reference'])}%) | "
-                  f"{f(100 * c['measured'])}% ({f(c['drop_points'])} points) | {'yes' if c['accuracy_met'] else 'no'} |",
-                  f"| latency, beside the peers | ≤ {f(r['latency_budget_ms'])} ms | {f(c['host_ms_beside_peers'])} ms "
-                  f"({f(r['fastest_peer_ms_after'] / c['host_ms_beside_peers'] if c['host_ms_beside_peers'] else None)}× the fastest peer) | "
-                  f"{'yes' if c['latency_met'] else 'no'} |",
-                  f"| size (`model.pte`) | ≤ {f(r['size_budget_mb'], 1)} MB | {f(c['size_mb'], 1)} MB ({c['size_mb'] / r['fp32_pte_mb']:.1%} of fp32) | "
-                  f"{'yes' if c['size_met'] else 'no'} |", ""]
-        if r.get("peers_after"):
-            lines += ["Peers timed again beside the bundle: " + ", ".join(f"{n} {f(t['median_ms'])} ms" for n, t in r["peers_after"].items()) + ".", ""]
+        lines += ["## Outcome", "", "| | target | result | met |", "|---|---|---|---|", *outcome_rows(c, limit_drop=r["max_drop"]), ""]
     if c.get("attempts"):
         lines += ["Attempts: " + "; ".join(c["attempts"]), ""]
+    fr = r.get("frontier")
+    if fr:
+        lines += ["## The two ends of the trade-off, built and measured", "",
+                  "No candidate was predicted to meet X, the size budget and the accuracy bound together, so both ends were "
+                  "compressed for real with the same fine-tuned model, each within the size budget: at the accuracy end the "
+                  "candidate predicted fastest within the accuracy bound (or, if none is, the one predicted most accurate), at the "
+                  "latency end the one predicted most accurate within X (accuracy unlimited).", ""]
+        for key, title in (("fastest_within_drop", "The accuracy end"),
+                           ("most_accurate_within_x", f"The latency end (X = {f(r['latency_budget_ms'])} ms)")):
+            point = fr.get(key)
+            if point is None:
+                lines += [f"### {title}", "", "No candidate of the search space is predicted there.", ""]
+                continue
+            pc = point.get("compress", {})
+            lines += [f"### {title}", "", f"Rule: {point.get('rule', title)}. Planner's pick: {point['candidate']} "
+                      f"(predicted {f(point['predicted_latency_ms'])} ms, drop {f(point['predicted_drop'])} points).", ""]
+            if pc.get("passed") and pc.get("host_ms_beside_peers") is not None:
+                lines += ["| | target | result | met |", "|---|---|---|---|",
+                          *outcome_rows(pc, limit_drop=r["max_drop"] if key == "fastest_within_drop" else None), ""]
+            else:
+                lines += [f"`compress` did not produce a bundle: {pc.get('error', 'not run')}", ""]
+            if pc.get("attempts"):
+                lines += ["Attempts: " + "; ".join(pc["attempts"]), ""]
+    if r.get("peers_after"):
+        lines += ["Peers timed again beside the bundles: " + ", ".join(f"{n} {f(t['median_ms'])} ms" for n, t in r["peers_after"].items()) + ".", ""]
     return "\n".join(lines)
 
 
@@ -197,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--finetune-from", type=Path, default=None, help="A finished compress run's finetune/ folder to reuse.")
     p.add_argument("--workdir", type=Path, default=Path("/tmp/compress-headline"))
     p.add_argument("--note", default="")
+    p.add_argument("--no-frontier", dest="frontier", action="store_false",
+                   help="When compress finds no candidate, do not build the two ends of the trade-off.")
     p.add_argument("--out", type=Path, default=RESULTS / "compress-headline")
     args = p.parse_args(argv)
     if args.time_worker:
@@ -242,8 +272,59 @@ def main(argv: list[str] | None = None) -> int:
     log.info("fastest peer %s %.2f ms -> X = %.2f ms; size budget %s MB", fastest, before[fastest]["median_ms"], x, size_budget)
     # 4. compress under X
     cfg = CompressConfig(**base_cfg, latency_ms=round(x, 3), size_mb=None if size_budget is None else round(size_budget, 3))
+    bundles: dict[str, Path] = {}
+    result["compress"] = comp = run_compress(cfg, run_dir, args)
+    if comp.get("passed"):
+        bundles["compressed bundle"] = run_dir / "bundle"
+    # 5. when it fails: build both ends of the trade-off for real, so "how far" is measured, not predicted
+    if not comp.get("passed") and args.frontier:
+        ends = frontier(probe, ft.path / "model", x_ms=x, size_mb=size_budget, max_drop=args.max_drop, seq_len=args.seq_len,
+                        threads=args.threads)
+        result["frontier"] = ends
+        for key, point in ends.items():
+            if point is None:
+                continue
+            d = args.workdir / f"run-{key}"
+            if not (d / "finetune").exists():
+                d.mkdir(parents=True, exist_ok=True)
+                for stage in ("finetune", "baseline"):
+                    shutil.copytree(run_dir / stage, d / stage)
+            fcfg = CompressConfig(**{**base_cfg, "max_drop": point["max_drop"]}, latency_ms=point["latency_ms"],
+                                  size_mb=None if size_budget is None else round(size_budget, 3))
+            point["compress"] = run_compress(fcfg, d, args)
+            if point["compress"].get("passed"):
+                bundles[key] = d / "bundle"
+            write()
+    # 6. every bundle built, timed again beside the peers (same process, same rounds)
+    if bundles:
+        progs = {n: peers["programs"][n] for n in PEERS}
+        for name, bundle in bundles.items():
+            manifest = json.loads((bundle / "manifest.json").read_text())
+            progs[name] = {"runtime": "executorch", "path": str(bundle / "model.pte"), "method": f"forward_{args.seq_len}",
+                           "vocab_size": int(manifest["model"]["shape"]["vocab_size"])}
+        after = time_programs(progs, seq_len=args.seq_len, threads=args.threads, runs=args.runs)
+        result["peers_after"] = {n: after[n] for n in PEERS}
+        result["fastest_peer_ms_after"] = min(after[n]["median_ms"] for n in PEERS)
+        for name, bundle in bundles.items():
+            c = comp if name == "compressed bundle" else result["frontier"][name]["compress"]
+            ms = after[name]
+            size = (bundle / "model.pte").stat().st_size / 1e6
+            c.update(host_ms_beside_peers=ms["median_ms"], host_timing=ms, latency_met=ms["median_ms"] <= x,
+                     speedup_vs_fastest_peer=round(result["fastest_peer_ms_after"] / ms["median_ms"], 3),
+                     size_mb=round(size, 3), size_met=size_budget is None or size <= size_budget,
+                     accuracy_met=c["drop_points"] <= args.max_drop)
+    write()
+    log.info("wrote %s", args.out.with_suffix(".md"))
+    return 0
+
+
+def run_compress(cfg, run_dir: Path, args) -> dict:
+    """One ``compress`` run; its outcome (chosen, accuracy, attempts) or the error."""
+    from edgenlp.compress.pipeline import Compressor
+    from edgenlp.errors import EdgeNLPError
+
     t0 = time.perf_counter()
-    comp: dict = {}
+    comp: dict = {"latency_budget_ms": cfg.latency_ms, "size_budget_mb": cfg.size_mb, "max_drop": cfg.max_drop}
     try:
         Compressor(cfg, run_dir, data_dir=args.data_dir, device="auto", progress=False, echo=lambda m: log.info("%s", m)).run()
     except EdgeNLPError as exc:
@@ -251,32 +332,57 @@ def main(argv: list[str] | None = None) -> int:
         log.warning("compress: %s", exc)
     comp["wall_s"] = round(time.perf_counter() - t0, 1)
     doc_path = run_dir / "compress.json"
-    result["compress"] = comp
     if doc_path.is_file():
         doc = json.loads(doc_path.read_text())
         comp["attempts"] = [f"{a.get('attempt')} ({_chosen_text(a['chosen'])}): {', '.join(a.get('failures', [])) or 'passed'}"
                             for a in doc.get("attempts", [])]
         if doc.get("passed"):
             acc = doc["predicted"]["accuracy"]
-            bundle = run_dir / "bundle"
-            manifest = json.loads((bundle / "manifest.json").read_text())
-            vocab = int(manifest["model"]["shape"]["vocab_size"])
-            progs = {**{n: peers["programs"][n] for n in PEERS},
-                     "compressed bundle": {"runtime": "executorch", "path": str(bundle / "model.pte"), "method": f"forward_{args.seq_len}",
-                                           "vocab_size": vocab}}
-            after = time_programs(progs, seq_len=args.seq_len, threads=args.threads, runs=args.runs)
-            ms = after.pop("compressed bundle")
-            size = (bundle / "model.pte").stat().st_size / 1e6
-            comp.update(chosen=_chosen_text(doc["chosen"]), reference=acc["reference"], measured=acc["measured"],
-                        drop_points=acc["drop_points"], accuracy_met=acc["drop_points"] <= args.max_drop,
-                        host_ms_beside_peers=ms["median_ms"], host_timing=ms, latency_met=ms["median_ms"] <= x,
-                        size_mb=round(size, 3), size_met=size_budget is None or size <= size_budget,
+            comp.update(passed=True, chosen=_chosen_text(doc["chosen"]), reference=acc["reference"], measured=acc["measured"],
+                        drop_points=acc["drop_points"],
                         compress_json={k: doc.get(k) for k in ("chosen", "predicted", "host_speedup_detail", "sizes")})
-            result["peers_after"] = after
-            result["fastest_peer_ms_after"] = min(after[n]["median_ms"] for n in PEERS)
-    write()
-    log.info("wrote %s", args.out.with_suffix(".md"))
-    return 0
+    return comp
+
+
+def frontier(probe, model_dir: Path, *, x_ms: float, size_mb: float | None, max_drop: float, seq_len: int, threads: int) -> dict:
+    """The two ends of the trade-off the planner saw, within the size budget.
+
+    ``fastest_within_drop``: the candidate predicted fastest among those predicted
+    to lose at most ``max_drop`` (compressed with its own predicted latency as
+    the budget); ``most_accurate_within_x``: the candidate with the smallest
+    predicted drop among those predicted to run within X (compressed with no
+    accuracy limit). Each is then built and measured by ``compress`` itself.
+    """
+    from edgenlp.compress.planning import plan_for_compress
+    from edgenlp.models.registry import load_model
+    from edgenlp.targets.target import Budgets
+
+    model, _ = load_model(model_dir, labels=probe.data.labels)
+    budgets = Budgets(size_mb=size_mb, seq_len=seq_len, threads=threads)
+    doc = plan_for_compress(probe.target, budgets, shape=model.shape, num_labels=model.num_labels, preset=probe.preset,
+                            excluded=[], task=probe.data, max_drop=None)
+    cons = [c for c in doc["considered"] if size_mb is None or c["predicted_size_mb"] <= size_mb]
+    accurate = [c for c in cons if c["predicted_drop"] <= max_drop]
+    fast = [c for c in cons if c["predicted_latency_ms"] <= x_ms]
+    out: dict = {"fastest_within_drop": None, "most_accurate_within_x": None}
+    if accurate:  # fastest among the accurate ones: compressed with its own predicted latency as the budget
+        c = min(accurate, key=lambda c: (c["predicted_latency_ms"], c["predicted_drop"]))
+        out["fastest_within_drop"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),
+                                      "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": round(c["predicted_latency_ms"] * 1.001, 4),
+                                      "max_drop": max_drop, "rule": f"fastest predicted within {max_drop:g} point(s) and the size budget"}
+    elif cons:  # nothing is predicted within the bound at this size: the most accurate at this size, at any latency
+        c = min(cons, key=lambda c: (c["predicted_drop"], c["predicted_latency_ms"]))
+        out["fastest_within_drop"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),
+                                      "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": None, "max_drop": 100.0,
+                                      "rule": f"no candidate within the size budget is predicted within {max_drop:g} point(s): the one "
+                                              "predicted most accurate within the size budget, at any latency"}
+    if fast:
+        c = min(fast, key=lambda c: (c["predicted_drop"], c["predicted_latency_ms"]))
+        out["most_accurate_within_x"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),
+                                         "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": round(x_ms, 3), "max_drop": 100.0,
+                                         "rule": "most accurate predicted within X and the size budget (accuracy unlimited)"}
+    log.info("frontier: %s", out)
+    return out
 
 
 def _chosen_text(c: dict) -> str:

@@ -33,7 +33,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 log = logging.getLogger("bench.finetune")
@@ -258,7 +260,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         "# Fine-tuning methods on MiniLM-L6",
         "",
         f"{meta['epochs']} epoch(s) for every method (priming included), batch {meta['batch_size']}, max_seq_len "
-        f"{meta['max_seq_len']}, {meta['threads']} threads, device {meta['device']}; SST-2: seeded subset of 8,000 train rows, "
+        f"{meta['max_seq_len']}, {meta['threads']} threads" + (f" x {meta['jobs']} runs at once" if meta.get('jobs', 1) > 1 else "") + f", device {meta['device']}; SST-2: seeded subset of 8,000 train rows, "
         f"full dev; banking77: full train, full dev ({meta.get('rows', {})}). Learning rates are the library defaults "
         "(body 5e-5 for full/FAR/freeze-FFN, 1e-3 for Learner/BitFit; head = classifier + pooler at 2e-3; Learner "
         f"priming {meta['priming_epochs']} epoch at 5e-5) unless the setting says otherwise. Accuracy is mean ± sample std over "
@@ -344,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--jobs", type=int, default=1,
+                   help="Runs at once (each its own process with --threads threads; on 2 cores, --jobs 2 --threads 1 "
+                        "trains two runs side by side). Step timing is never run in parallel.")
     p.add_argument("--device", default="cpu", help="auto | cpu | cuda for training runs and step timing.")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
@@ -368,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(Path(args.out + "-steps.json"), result)
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
-            "max_seq_len": args.max_seq_len, "threads": args.threads, "seeds": args.seeds, "note": args.note,
+            "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.jobs, "seeds": args.seeds, "note": args.note,
             "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}
@@ -403,36 +408,50 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps, skipped=skipped))
 
     with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
+        lock = threading.Lock()
+
         def attempt(task, variant, seed, setting) -> None:
             tag = "" if setting == default else f"-lr{setting[0]}-head{setting[1]}"
             finished = Path(tmp) / f"{task}-{variant}{tag}-{seed}.json"
             over = args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60
             if over or (args.report_only and not finished.exists()):
-                skipped.append(f"{task}/{variant}/{setting_name(setting)}/seed {seed}")
+                with lock:
+                    skipped.append(f"{task}/{variant}/{setting_name(setting)}/seed {seed}")
                 return
-            runs.append(run_one(task, variant, seed, args, Path(tmp), setting))
-            r = runs[-1]
-            meta.setdefault("rows", {})[task] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
-            log.info("%s/%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, setting_name(setting), seed,
-                     r["dev"]["accuracy"], statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
-            write()
+            r = run_one(task, variant, seed, args, Path(tmp), setting)
+            with lock:
+                runs.append(r)
+                meta.setdefault("rows", {})[task] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
+                log.info("%s/%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, setting_name(setting), seed,
+                         r["dev"]["accuracy"], statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
+                write()
 
-        # 1. the first seed at the defaults (every method, every task): the main comparison
-        first_setting = {}
+        def run_all(todo: list[tuple]) -> None:
+            """Run a phase's attempts, --jobs at a time, in the listed (priority) order."""
+            if args.jobs <= 1:
+                for t in todo:
+                    attempt(*t)
+                return
+            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                for fut in [pool.submit(attempt, *t) for t in todo]:
+                    fut.result()
+
+        # 1. the first seed at the defaults (every method, every task): the main comparison;
+        # 2. the sweep at the first seed. One phase: neither depends on the other.
+        first_setting, todo = {}, []
         for task in args.tasks:
             for variant in main_v:
                 grid = grid_for(variant)
                 setting = default if default in grid or not (variant in swept_v and task in swept_t) else grid[0]
                 first_setting[(task, variant)] = setting
-                attempt(task, variant, first_seed, setting)
-        # 2. the sweep at the first seed
+                todo.append((task, variant, first_seed, setting))
         for task in args.tasks:
             for variant in main_v:
                 if variant in swept_v and task in swept_t:
-                    for setting in grid_for(variant):
-                        if setting != first_setting[(task, variant)]:
-                            attempt(task, variant, first_seed, setting)
-        # 3. the other seeds at each method's best setting
+                    todo += [(task, variant, first_seed, s) for s in grid_for(variant) if s != first_setting[(task, variant)]]
+        run_all(todo)
+        # 3. the other seeds at each method's best setting (which needs phase 1-2 finished)
+        todo = []
         for seed in args.seeds[1:]:
             for task in args.tasks:
                 for variant in main_v:
@@ -442,7 +461,8 @@ def main(argv: list[str] | None = None) -> int:
                     if best is not None and best["setting"] != setting_name(default):
                         lr, head = (x.split("=")[1] for x in best["setting"].split(","))
                         setting = (lr, head)
-                    attempt(task, variant, seed, setting)
+                    todo.append((task, variant, seed, setting))
+        run_all(todo)
     if skipped:
         log.warning("not run: %s", ", ".join(skipped))
     write()

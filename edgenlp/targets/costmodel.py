@@ -428,6 +428,7 @@ class CostModel:
         if self.runtime == "native":  # the native runtime runs the same .pte through the same XNNPACK delegate
             self.runtime = "executorch"
         self.host = host
+        self._runtime_gflops: float | None = None
         self.is_host = target.name == "host" or (host is not None and target.source == host.source)
         if not self.is_host and device_table is None and host is None:
             raise ValueError("transferring to a device needs the host target (load_target('host'))")
@@ -483,17 +484,40 @@ class CostModel:
             r = t.throughput(precision=prec, threads=n)
             return r * (PEAK_EFFICIENCY if t.throughput_kind == "peak" else 1.0)
 
-        # the table's own speed: the one-thread GEMM rate measured with its reference (a shared machine runs slower
-        # than its file says); the host file's sustained rate otherwise
+        # the table machine's speed when it was measured: the one-thread GEMM rate recorded with the table (a shared
+        # machine runs slower than its file says); the host file's sustained rate otherwise
         hf = float(self.table.notes.get("fp32_gemm_gflops") or sustained(host, "fp32", 1))
         if on_host:
             return {"compute": sustained(host, "fp32", 1) / sustained(host, precision, 1), "vector": 1.0, "call": 1.0, "memory": 1.0}
+        # compute moves by the rate the runtime itself reached on the table machine, not by a library GEMM's: torch.mm
+        # ran at 0.5x XNNPACK's rate on one host and 1.4x on another, which made every device estimate host-dependent
+        eff = self.runtime_gflops() or hf
         return {
-            "compute": hf / sustained(dev, precision, 1),
-            "vector": hf / sustained(dev, "fp32", 1),
-            "call": hf / sustained(dev, "fp32", 1),
+            "compute": eff / sustained(dev, precision, 1),
+            "vector": eff / sustained(dev, "fp32", 1),
+            "call": eff / sustained(dev, "fp32", 1),
             "memory": host.bandwidth_gbps * (hf / sustained(host, "fp32", 1)) / dev.bandwidth_gbps,
         }
+
+    def runtime_gflops(self, *, seq_len: int = 128) -> float | None:
+        """fp32 GFLOP/s the runtime reached on the linear layers of MiniLM-L6 at ``seq_len``, 1 thread, per the host table.
+
+        This is what device transfers divide by: a device's sustained rate
+        (:data:`PEAK_EFFICIENCY` of its peak) is the same runtime's expected rate there.
+        """
+        if self._runtime_gflops is None:
+            fit, _ = self._fit(self.table, "fp32", 1)
+            if fit is None:
+                return None
+            shape = EncoderShape(family="bert", vocab_size=30522, hidden=384, head_dim=32, max_positions=512, heads=(12,) * 6,
+                                 ffn=(1536,) * 6)  # fmt: skip
+            flops = ms = 0.0
+            for (comp, _prec), row in features(shape, seq_len=seq_len, bits="fp32").items():
+                if comp in LINEAR_COMPONENTS:
+                    flops += row["flops"]
+                    ms += sum(fit[comp][f] * v for f, v in row.items())
+            self._runtime_gflops = flops / (ms * 1e6) if ms > 0 else 0.0
+        return self._runtime_gflops or None
 
     def _coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
         """(coefficients, estimated, basis) for one precision."""

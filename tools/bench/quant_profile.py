@@ -75,7 +75,7 @@ def summarize(rounds: list[dict[str, list[dict]]], quants: list[str]) -> list[di
 def markdown(rows: list[dict], meta: dict) -> str:
     quants = meta["quant"]
     lines = [f"# Quantized bundles per component vs fp32 ({meta['date']})", "",
-             f"Host: {meta['cpu']}, ISA flags: {' '.join(meta['isa'])}. Model `{meta['model']}` ({meta['task']}), exported with "
+             f"Host: {meta['cpu']}, ISA flags: {meta['isa']}. Model `{meta['model']}` ({meta['task']}), exported with "
              f"`edgenlp export --quant` (word table fp32 in every bundle, so only the linears differ); ExecuTorch + XNNPACK, "
              f"1 thread; each cell is the median over {meta['rounds']} alternating rounds of {meta['runs']} profiled runs. "
              f"Component cells are ms from ETDump (XNNPACK per-operator events); ratios are to fp32 in the same rounds. "

@@ -549,7 +549,39 @@ class CostModel:
             raise EdgeNLPError(f"the host cost table has no {self.runtime} rows; run `edgenlp targets calibrate host`")
         fp2, _ = self._fit(self.table, "fp32", 2)
         scaled = self._scale(fp, precision, threads, on_host=False, two=fp2)
-        return scaled, True, f"host fp32 calibration transferred to {self.target.name} by throughput/bandwidth ratios"
+        basis = f"host fp32 calibration transferred to {self.target.name} by throughput/bandwidth ratios"
+        penalty = self.kernel_penalty(precision)
+        if penalty > 1.0:
+            scaled = {comp: ({f: c * penalty for f, c in cs.items()} if comp in LINEAR_COMPONENTS else cs) for comp, cs in scaled.items()}
+            basis += f"; linears x{penalty:.2f}, the host's measured {precision} : {PRECISIONS[PRECISIONS.index(precision) - 1]} ratio"
+        return scaled, True, basis
+
+    def kernel_penalty(self, precision: str, *, seq_len: int = 128) -> float:
+        """How much slower the host measured ``precision``'s linears than the next wider precision's (1.0: not slower).
+
+        A device without its own table gets int4 from int8's throughput, which
+        cannot see kernel overheads: XNNPACK's group-wise int4 kernels apply a
+        scale per group of 32 inputs and ran MiniLM-L6's linears 1.75x slower
+        than int8 on an AVX-512 host. Where the host table measured both, the
+        ratio carries over to the device estimate (still labelled estimated).
+        """
+        i = PRECISIONS.index(precision)
+        if i < 2:
+            return 1.0
+        narrow, _ = self._fit(self.table, precision, 1)
+        wide, _ = self._fit(self.table, PRECISIONS[i - 1], 1)
+        measured = {p.split("/")[1] for p in self.table.notes.get("measured", []) if p.startswith(f"{self._table_runtime(self.table)[0]}/")}
+        if narrow is None or wide is None or not {precision, PRECISIONS[i - 1]} <= measured:
+            return 1.0
+        shape = EncoderShape(family="bert", vocab_size=30522, hidden=384, head_dim=32, max_positions=512, heads=(12,) * 6,
+                             ffn=(1536,) * 6)  # fmt: skip
+
+        def linear_ms(fit: dict, prec: str) -> float:
+            return sum(sum(fit[comp][f] * v for f, v in row.items())
+                       for (comp, _), row in features(shape, seq_len=seq_len, bits=prec).items() if comp in LINEAR_COMPONENTS)
+
+        w = linear_ms(wide, PRECISIONS[i - 1])
+        return max(1.0, linear_ms(narrow, precision) / w) if w > 0 else 1.0
 
     def _monotone_coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
         """Coefficients for ``precision``; derived ones are capped by the next wider precision's.
@@ -563,7 +595,7 @@ class CostModel:
         """
         coefs, est, basis = self._coefficients(precision, threads)
         i = PRECISIONS.index(precision)
-        if i == 0 or basis.startswith(("host calibration", "measured on")):
+        if i == 0 or basis.startswith(("host calibration", "measured on")) or "measured" in basis.split(";")[-1]:
             return coefs, est, basis
         wider, _, _ = self._monotone_coefficients(PRECISIONS[i - 1], threads)
         capped = {comp: {f: min(c, wider[comp][f]) for f, c in cs.items()} for comp, cs in coefs.items()}

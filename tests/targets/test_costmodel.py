@@ -217,3 +217,25 @@ def test_merging_a_calibration_rescales_it_to_the_base_tables_speed_and_replaces
     assert not p.estimated and "host calibration" in p.basis  # int4 is priced from its own rows
     with pytest.raises(EdgeNLPError, match="different machines"):
         merge_tables(base, CostTable(new.observations, {"cpu": "other"}, "host", {}))
+
+
+def test_device_int4_carries_the_hosts_measured_int4_penalty(host):
+    """int4 measured slower than int8 on the host (TRUTH: 1.36x the FLOP cost) stays slower on a device estimate."""
+    from costmodel_testing import synthetic_observations
+
+    from edgenlp.targets.costmodel import CostTable
+
+    measured = CostTable(synthetic_observations(precisions=("fp32", "int8", "int4")), {"cpu": "synthetic"},
+                         notes={"measured": ["executorch/fp32", "executorch/int8", "executorch/int4"]})
+    px7 = CostModel(load_target("pixel-7"), measured, host=host, runtime="executorch")
+    shape = tiny_shape((4, 4), (256, 256))
+    int8, int4 = (px7.predict(shape, bits=b, seq_len=64, threads=1) for b in ("int8", "int4"))
+    assert px7.kernel_penalty("int4") > 1.0 and int4.latency_ms > int8.latency_ms
+    assert int4.estimated and "measured int4 : int8 ratio" in int4.basis
+    # without int4 rows on the host, int4 is derived from int8 and never predicted slower
+    only8 = CostTable(synthetic_observations(precisions=("fp32", "int8")), {"cpu": "synthetic"},
+                      notes={"measured": ["executorch/fp32", "executorch/int8"]})
+    cm = CostModel(load_target("pixel-7"), only8, host=host, runtime="executorch")
+    assert cm.kernel_penalty("int4") == 1.0
+    assert cm.predict(shape, bits="int4", seq_len=64, threads=1).latency_ms <= cm.predict(shape, bits="int8", seq_len=64,
+                                                                                          threads=1).latency_ms

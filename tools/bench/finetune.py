@@ -297,6 +297,8 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         lines += ["", f"## Step time, interleaved in one process ({m['full']['steps']} steps each after 3 warm-up, "
                   f"{steps['threads']} threads, batch {steps['batch_size']}, max_seq_len {steps['max_seq_len']}, "
                   f"{steps.get('task', 'sst2')} batches, device {steps.get('device', 'cpu')})", "",
+                  f"Measured on: {steps.get('environment', {}).get('cpu', {}).get('model', '?')}, ISA flags "
+                  f"{steps.get('isa', '?')} (the ratios hold across hosts better than the seconds).", "",
                   "| method (steady phase) | median step s | mean ± std s | p10–p90 s | vs full (median of per-step ratios, p10–p90) |",
                   "|---|---|---|---|---|"]
         for n, v in m.items():

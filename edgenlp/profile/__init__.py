@@ -44,7 +44,7 @@ there are several). Keys marked * are always present::
                  "latency_min_ms": {runtime: float},     # fastest plain run: least disturbed on a shared machine
                  "components_sum_ms": {runtime: float},
                  "unattributed_ms": {runtime: float},    # total - components: dispatch, bindings, hooks
-                 "profiled_total_ms": {runtime: float}}, # median total of the profiled runs
+                 "profiled_total_ms": {runtime: float}}, # mean total of the middle-half profiled runs (those the components average)
       "artifact_bytes": {file: int},          # bundles: model.pte / model.onnx sizes
       "layers": [{"index": int, "components": [{name, params, flops, weight_bytes,
                   activation_bytes, weight_format, latency_ms}]}],   # with --per-layer

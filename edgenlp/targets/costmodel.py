@@ -80,6 +80,8 @@ FEATURE_KIND = {"flops": "compute", "act": "vector", "probs": "vector", "calls":
 PEAK_EFFICIENCY = 0.6  # sustained / spec-sheet peak for XNNPACK GEMMs on Arm cores (assumption; a measured table replaces it)
 DEFAULT_PARALLEL = {"compute": 0.9, "vector": 0.7, "memory": 0.5, "call": 0.0}  # Amdahl fraction when only 1 thread was measured
 INT4_GROUP = 32
+# the reference encoder for rates derived from a fit (and the planner's default shape)
+MINILM_L6 = EncoderShape(family="bert", vocab_size=30522, hidden=384, heads=(12,) * 6, head_dim=32, ffn=(1536,) * 6)
 Bits = str | tuple[str, ...]
 
 
@@ -405,6 +407,16 @@ def _amdahl(c1: float, c2: float | None, kind: str, threads: int) -> float:
     return c1 * ((1.0 - p) + p / threads)
 
 
+def _linear_cost(fit: dict, precision: str, *, seq_len: int) -> tuple[float, float]:
+    """(FLOPs, predicted ms) of :data:`MINILM_L6`'s linear layers at ``precision`` under one fit's coefficients."""
+    flops = ms = 0.0
+    for (comp, _), row in features(MINILM_L6, seq_len=seq_len, bits=precision).items():
+        if comp in LINEAR_COMPONENTS:
+            flops += row["flops"]
+            ms += sum(fit[comp][f] * v for f, v in row.items())
+    return flops, ms
+
+
 class CostModel:
     """Latency, peak memory and size of a candidate shape on a target.
 
@@ -509,13 +521,7 @@ class CostModel:
             fit, _ = self._fit(self.table, "fp32", 1)
             if fit is None:
                 return None
-            shape = EncoderShape(family="bert", vocab_size=30522, hidden=384, head_dim=32, max_positions=512, heads=(12,) * 6,
-                                 ffn=(1536,) * 6)  # fmt: skip
-            flops = ms = 0.0
-            for (comp, _prec), row in features(shape, seq_len=seq_len, bits="fp32").items():
-                if comp in LINEAR_COMPONENTS:
-                    flops += row["flops"]
-                    ms += sum(fit[comp][f] * v for f, v in row.items())
+            flops, ms = _linear_cost(fit, "fp32", seq_len=seq_len)
             self._runtime_gflops = flops / (ms * 1e6) if ms > 0 else 0.0
         return self._runtime_gflops or None
 
@@ -573,15 +579,8 @@ class CostModel:
         measured = {p.split("/")[1] for p in self.table.notes.get("measured", []) if p.startswith(f"{self._table_runtime(self.table)[0]}/")}
         if narrow is None or wide is None or not {precision, PRECISIONS[i - 1]} <= measured:
             return 1.0
-        shape = EncoderShape(family="bert", vocab_size=30522, hidden=384, head_dim=32, max_positions=512, heads=(12,) * 6,
-                             ffn=(1536,) * 6)  # fmt: skip
-
-        def linear_ms(fit: dict, prec: str) -> float:
-            return sum(sum(fit[comp][f] * v for f, v in row.items())
-                       for (comp, _), row in features(shape, seq_len=seq_len, bits=prec).items() if comp in LINEAR_COMPONENTS)
-
-        w = linear_ms(wide, PRECISIONS[i - 1])
-        return max(1.0, linear_ms(narrow, precision) / w) if w > 0 else 1.0
+        w = _linear_cost(wide, PRECISIONS[i - 1], seq_len=seq_len)[1]
+        return max(1.0, _linear_cost(narrow, precision, seq_len=seq_len)[1] / w) if w > 0 else 1.0
 
     def _monotone_coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
         """Coefficients for ``precision``; derived ones are capped by the next wider precision's.

@@ -34,14 +34,13 @@ import numpy as np
 from edgenlp.config import Config
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderShape
-from edgenlp.targets.costmodel import MIXED, Prediction, layer_bits, resolve_mixed
+from edgenlp.targets.costmodel import MINILM_L6, MIXED, Prediction, layer_bits, resolve_mixed
 from edgenlp.targets.target import PRECISIONS, Budgets, Target
 
 log = logging.getLogger(__name__)
 
 PRUNE_METHODS = ("cofi", "fast", "importance")
 EMBEDDINGS = (None, "int8", "int4")
-MINILM_L6 = EncoderShape(family="bert", vocab_size=30522, hidden=384, heads=(12,) * 6, head_dim=32, ffn=(1536,) * 6)
 TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2 train: ~0.45)
 
 

@@ -235,7 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from edgenlp.compress.config import CompressConfig
     from edgenlp.compress.pipeline import Compressor
-    from edgenlp.errors import EdgeNLPError
     from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
 
     run_dir = args.workdir / "run"

@@ -24,6 +24,8 @@ from edgenlp.errors import EdgeNLPError
 @click.option("--budget-minutes", type=float, default=None, help="cofi: stop mask learning after this many minutes.")
 @click.option("--train-limit", type=int, default=None, help="Use a seeded subset of this many training rows.")
 @click.option("--samples", type=int, default=None, help="fast/importance: training rows for gradients (default 1024).")
+@click.option("--ffn-multiple", type=int, default=1, show_default=True,
+              help="Keep FFN widths that this divides (or 0, or the full width); 32 suits int4 groups and GEMM tiles.")
 @click.option("--batch-size", type=int, default=32, show_default=True)
 @click.option("--lr", type=float, default=None, help="Weight learning rate for cofi and fine-tuning (default 5e-5).")
 @click.option("--no-hidden", is_flag=True, help="cofi: do not prune hidden dimensions.")
@@ -38,7 +40,7 @@ from edgenlp.errors import EdgeNLPError
 @click.option("--json", "json_file", default=None, help="Also write prune.json here ('-' for stdout).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def prune_cmd(model_dir, task, method, target_sparsity, target, seq_len, epochs, finetune_epochs, budget_minutes,
-              train_limit, samples, batch_size, lr, no_hidden, mask_file, device, threads, seed, data_dir, out_dir,
+              train_limit, samples, ffn_multiple, batch_size, lr, no_hidden, mask_file, device, threads, seed, data_dir, out_dir,
               json_file, quiet) -> None:
     """Prune a fine-tuned MODEL_DIR to a smaller dense model; write a model directory with prune.json and masks.json.
 
@@ -59,7 +61,7 @@ def prune_cmd(model_dir, task, method, target_sparsity, target, seq_len, epochs,
           "budget_minutes": budget_minutes, "train_limit": train_limit, "threads": threads}
     try:
         config = PruneConfig(method=method, target_sparsity=target_sparsity, target=target, seq_len=seq_len,
-                             batch_size=batch_size, prune_hidden=not no_hidden, seed=seed, mask_file=mask_file,
+                             batch_size=batch_size, ffn_multiple=ffn_multiple, prune_hidden=not no_hidden, seed=seed, mask_file=mask_file,
                              **{k: v for k, v in kw.items() if v is not None})
     except ValueError as exc:
         raise EdgeNLPError(f"invalid option: {exc}") from None

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from edgenlp.models.encoder import EncoderClassifier
-from edgenlp.prune.common import PruneData, UnitCosts, fit_to_budget, model_device, shape_size, size_fn
+from edgenlp.prune.common import PruneData, UnitCosts, fit_to_budget, model_device, shape_size, size_fn, snap_widths
 from edgenlp.prune.config import PruneConfig
 from edgenlp.prune.distill import Distiller
 from edgenlp.prune.masks import Gates, LayerMask, MaskDict, fold_gates, masked_forward, shape_summary
@@ -107,9 +107,11 @@ class CofiGates(nn.Module):
         # Score = P(unit on) x P(its sublayer on); trimmed to the budget when above it, filled up to it when the
         # gates (learned short of convergence) overshoot the target.
         attn_p, ffn_p = self.attn.prob_nonzero().detach().cpu(), self.ffn.prob_nonzero().detach().cpu()
+        neuron_scores = [g.prob_nonzero().detach().cpu() * ffn_p[i] + 1e-6 for i, g in enumerate(self.neuron)]
+        costs = UnitCosts.of(config, shape.head_dim, width)
         fit_to_budget(keep_heads, keep_neurons, [g.prob_nonzero().detach().cpu() * attn_p[i] + 1e-6 for i, g in enumerate(self.head)],
-                      [g.prob_nonzero().detach().cpu() * ffn_p[i] + 1e-6 for i, g in enumerate(self.neuron)],
-                      UnitCosts.of(config, shape.head_dim, width), budget, fill=True)
+                      neuron_scores, costs, budget, fill=True)
+        snap_widths(keep_heads, keep_neurons, neuron_scores, costs, budget, config.ffn_multiple)
         layers = []
         for kh, kn in zip(keep_heads, keep_neurons):
             heads = tuple(j for j, k in enumerate(kh) if k)
@@ -211,7 +213,7 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, tea
         if progress:
             progress.update(bar, advance=1, info=f"expected {float(expected):.3f} -> {target:.3f}  kd {parts['kd']:.3f}")
     mask_s = time.perf_counter() - t0
-    expected_end = float(1.0 - gates.expected_size(config) / full)
+    expected_end = float(1.0 - gates.expected_size(config).detach() / full)
     masks = gates.to_masks(config, (1.0 - config.target_sparsity) * full)
     student.eval()
     fold_gates(student, gates.deterministic(masks))  # keep the learned scale of every kept unit

@@ -104,6 +104,55 @@ def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], 
         size -= cost
 
 
+def snap_widths(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], neuron_scores: list[torch.Tensor],
+                costs: UnitCosts, budget: float, multiple: int) -> None:
+    """Make every kept FFN width a multiple of ``multiple`` (or 0, or the layer's full width) within ``budget`` (in place).
+
+    Each layer first drops its lowest-scored kept neurons down to a multiple. The size freed, and any budget
+    left, then buys back whole blocks of ``multiple`` neurons (each layer's best dropped neurons), the block
+    with the most score per unit of size first, while they fit. Heads are left as they are. Int4 group
+    size and the runtime's GEMM tiles both favour widths that 32 divides.
+    """
+    if multiple <= 1:
+        return
+    order = []  # per layer: neuron indices, best score first
+    for keep, scores in zip(keep_neurons, neuron_scores):
+        order.append(sorted(range(len(keep)), key=lambda j, s=scores: -float(s[j])))
+    widths = []
+    for keep, idx in zip(keep_neurons, order):
+        kept = [j for j in idx if keep[j]]
+        w = len(kept)
+        if w != len(keep) and w % multiple:
+            for j in kept[w - w % multiple:]:
+                keep[j] = False
+            w -= w % multiple
+        widths.append(w)
+    size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(widths)
+    open_layers = set(range(len(keep_neurons)))
+    while open_layers:
+        best, best_i, best_block = -math.inf, None, None
+        for i in sorted(open_layers):
+            full = len(keep_neurons[i])
+            if widths[i] >= full:
+                open_layers.discard(i)
+                continue
+            dropped = [j for j in order[i] if not keep_neurons[i][j]]
+            block = dropped[: min(multiple, full - widths[i])]
+            value = sum(float(neuron_scores[i][j]) for j in block) / (len(block) * costs.neuron)
+            if value > best:
+                best, best_i, best_block = value, i, block
+        if best_i is None:
+            break
+        cost = len(best_block) * costs.neuron
+        if size + cost > budget:
+            open_layers.discard(best_i)
+            continue
+        for j in best_block:
+            keep_neurons[best_i][j] = True
+        widths[best_i] += len(best_block)
+        size += cost
+
+
 def progress_bar(show: bool, *, fields: tuple[str, ...] = ("info",)):
     """A rich progress bar on stderr (or a no-op context giving None)."""
     if not show:

@@ -28,6 +28,9 @@ class PruneConfig(Config):
     (the target schedule is still planned from ``epochs``). ``samples`` is
     the number of training rows ``fast`` uses for Fisher information and
     rescaling and ``importance`` for each of its ``iterations``.
+    ``ffn_multiple`` makes every kept FFN width a multiple of it (or 0, or
+    the full width), within the target: 32 matches the int4 group size and
+    keeps the runtime's GEMM tiles full; 1 leaves widths as the method chose.
 
     CoFi's gate (``mask_lr``) and multiplier (``lagrangian_lr``) learning
     rates are 10x and 5x the paper's 0.01: the paper prunes for 20 epochs,
@@ -59,6 +62,7 @@ class PruneConfig(Config):
     samples: int = 1024
     iterations: int = 4
     rescale: bool = True
+    ffn_multiple: int = 1
     mask_file: str | None = None
     seed: int = 0
     threads: int | None = None
@@ -70,7 +74,7 @@ class PruneConfig(Config):
             raise ValueError(f"target_sparsity must be in [0, 1) (a fraction to remove), got {self.target_sparsity}")
         if self.target not in TARGETS:
             raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
-        for name in ("seq_len", "batch_size", "max_seq_len", "samples", "iterations"):
+        for name in ("seq_len", "batch_size", "max_seq_len", "samples", "iterations", "ffn_multiple"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("epochs", "finetune_epochs", "budget_minutes"):

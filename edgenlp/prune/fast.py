@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from edgenlp.models.encoder import EncoderClassifier
-from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size
+from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size, snap_widths
 from edgenlp.prune.config import PruneConfig
 from edgenlp.prune.masks import Gates, LayerMask, MaskDict, masked_forward, shape_summary
 
@@ -245,8 +245,14 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, pro
     budget = (1.0 - config.target_sparsity) * shape_size(shape, config)
     keep_h, keep_n = search((gh ** 2).sum(0), (gn ** 2).sum(0), costs, budget, shape.num_layers)
     heads_g, neurons_g = _split(gh, shape.heads), _split(gn, shape.ffn)
+    per_layer_n = _split(keep_n, shape.ffn)
+    if config.ffn_multiple > 1:
+        kh_lists = [k.tolist() for k in _split(keep_h, shape.heads)]
+        kn_lists = [k.tolist() for k in per_layer_n]
+        snap_widths(kh_lists, kn_lists, _split((gn ** 2).sum(0), shape.ffn), costs, budget, config.ffn_multiple)
+        per_layer_n = [torch.tensor(k, dtype=torch.bool) for k in kn_lists]
     keep_heads = [rearrange(g, k) for g, k in zip(heads_g, _split(keep_h, shape.heads))]
-    keep_neurons = [rearrange(g, k) for g, k in zip(neurons_g, _split(keep_n, shape.ffn))]
+    keep_neurons = [rearrange(g, k) for g, k in zip(neurons_g, per_layer_n)]
     masks = masks_from_keep(keep_heads, keep_neurons, shape, method="fast")
     pruned = apply_masks(model, masks)
     extra = {"fisher_batches": int(gh.shape[0]), "fisher_rows": min(config.samples, len(data.train))}

@@ -25,7 +25,7 @@ import math
 import torch
 
 from edgenlp.models.encoder import EncoderClassifier
-from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size
+from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size, snap_widths
 from edgenlp.prune.config import PruneConfig
 from edgenlp.prune.fast import _split, mask_gradients, masks_from_keep
 from edgenlp.prune.masks import Gates
@@ -84,6 +84,8 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, pro
         target = config.target_sparsity * r / config.iterations
         head_scores, neuron_scores = _normalized(_split(gh.abs().mean(0), shape.heads), _split(gn.abs().mean(0), shape.ffn))
         fit_each_to_budget(keep_heads, keep_neurons, head_scores, neuron_scores, costs, (1.0 - target) * full)
+        if r == config.iterations:
+            snap_widths(keep_heads, keep_neurons, neuron_scores, costs, (1.0 - target) * full, config.ffn_multiple)
         rounds.append({"round": r, "target": round(target, 4), "heads": sum(map(sum, keep_heads)),
                        "neurons": sum(map(sum, keep_neurons))})
         log.info("importance round %d: %s", r, rounds[-1])

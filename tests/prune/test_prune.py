@@ -216,3 +216,46 @@ def test_importance_cuts_attention_and_ffn_by_the_same_fraction():
     assert kn[1][5:] == [True] * 5 and kn[0][:5] == [False] * 5
     size = 10 + costs.head * sum(map(sum, kh)) + costs.neuron * sum(map(sum, kn))
     assert size <= budget
+
+
+def test_snap_widths_keeps_multiples_within_the_budget_best_neurons_first():
+    from edgenlp.prune.common import UnitCosts, snap_widths
+
+    costs = UnitCosts(head=10.0, neuron=1.0, fixed=0.0)
+    kh = [[True], [True]]
+    # layer 0 keeps 7 of 12 (scores fall with the index), layer 1 keeps 3 of 12 (scores rise with the index)
+    s0, s1 = torch.arange(11.0, -1.0, -1.0), torch.arange(12.0) / 10
+    kn = [[j < 7 for j in range(12)], [j >= 9 for j in range(12)]]
+    budget = 2 * 10 + 10.0  # heads + 10 neurons: the 7 + 3 kept fit exactly
+    snap_widths(kh, kn, [s0, s1], costs, budget, 4)
+    widths = [sum(k) for k in kn]
+    assert all(w % 4 == 0 for w in widths), widths
+    assert 20 + sum(widths) <= budget
+    # floors are 4 and 0; the freed 6 buy back one block of 4 from layer 0 (scores 7..4 beat layer 1's best
+    # 1.1..0.8), and the 2 left buy nothing (no whole block fits).
+    assert widths == [8, 0] and kn[0] == [j < 8 for j in range(12)]
+    assert kh == [[True], [True]]  # heads untouched
+
+    # a layer may grow to its full width even when that is not a multiple; multiple 1 changes nothing
+    kn = [[j < 9 for j in range(10)], [False] * 10]
+    snap_widths(kh, kn, [s0, s1], costs, 20 + 10.0, 4)
+    assert [sum(k) for k in kn] == [10, 0]
+    before = [[j < 7 for j in range(12)], [j >= 9 for j in range(12)]]
+    kn = [list(k) for k in before]
+    snap_widths(kh, kn, [s0, s1], costs, budget, 1)
+    assert kn == before
+
+
+@pytest.mark.parametrize("method", ["fast", "importance", "cofi"])
+def test_ffn_multiple_gives_divisible_widths_at_the_target(method, task, make_finetuned):
+    model, info = make_finetuned(num_layers=3)
+    quick = {**QUICK, "finetune_epochs": 0}
+    cfg = PruneConfig(method=method, target_sparsity=0.4, ffn_multiple=16, prune_hidden=False, **quick)
+    res = prune(model, info, task, cfg, progress=False)
+    assert all(w % 16 == 0 for w in res.model.shape.ffn), res.model.shape.ffn
+    assert res.report["achieved"]["encoder_params"] >= 0.4 - 1e-9
+
+
+def test_invalid_ffn_multiple_is_refused():
+    with pytest.raises(ValueError, match="ffn_multiple"):
+        PruneConfig(ffn_multiple=0)

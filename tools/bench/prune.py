@@ -121,6 +121,9 @@ def measure(bundles: dict[str, Path], *, seqs=(128, 32), iters: int, rounds: int
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
     from executorch.runtime import Runtime
 
+    from edgenlp.run.executorch import register_quantized_kernels
+
+    register_quantized_kernels()  # quantized bundles (ffn_multiple.py) read their word table through them
     _unsafe_reset_threadpool(1)
     torch.set_num_threads(1)
     rt = Runtime.get()

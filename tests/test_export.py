@@ -144,9 +144,11 @@ def test_export_config_validation(kwargs, message):
 @pytest.mark.minilm
 def test_minilm_export_parity_on_real_dev_sentences(tmp_path):
     """Real weights, real SST-2 dev sentences: ExecuTorch and ONNX within 1e-4 of eager."""
-    from edgenlp.data.tasks import load_task
+    from edgenlp.data.tasks import default_data_dir, load_task
     from edgenlp.models.registry import load_model
 
+    if not (default_data_dir() / "sst2" / "dev.tsv").is_file():
+        pytest.skip(f"{default_data_dir() / 'sst2' / 'dev.tsv'} missing (the shared data)")
     data = load_task("sst2")
     model, info = load_model("minilm-l6", labels=data.labels)
     b = export_bundle(model, info, tmp_path / "minilm", task=data,

@@ -80,6 +80,11 @@ def _units(keep_heads, keep_neurons, head_scores, neuron_scores, costs: UnitCost
     return out
 
 
+def _kept_size(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], costs: UnitCosts) -> float:
+    """Size of the kept heads and neurons plus every layer's fixed part."""
+    return len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(map(sum, keep_neurons))
+
+
 def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], head_scores: list[torch.Tensor],
                   neuron_scores: list[torch.Tensor], costs: UnitCosts, budget: float, *, fill: bool = False) -> None:
     """Drop kept units with the lowest score per unit of size until the total fits ``budget`` (in place).
@@ -87,7 +92,7 @@ def fit_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], 
     With ``fill``, a total below the budget is raised instead: dropped units come back, highest score per
     unit of size first, while they still fit (a mask learned short of convergence can overshoot the target).
     """
-    size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(map(sum, keep_neurons))
+    size = _kept_size(keep_heads, keep_neurons, costs)
     if size <= budget:
         if fill:
             for _, cost, kind, i, j in sorted(_units(keep_heads, keep_neurons, head_scores, neuron_scores, costs, kept=False),
@@ -127,7 +132,7 @@ def snap_widths(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], ne
                 keep[j] = False
             w -= w % multiple
         widths.append(w)
-    size = len(keep_heads) * costs.fixed + costs.head * sum(map(sum, keep_heads)) + costs.neuron * sum(widths)
+    size = _kept_size(keep_heads, keep_neurons, costs)
     open_layers = set(range(len(keep_neurons)))
     while open_layers:
         best, best_i, best_block = -math.inf, None, None

@@ -243,15 +243,16 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, pro
     gh, gn = mask_gradients(model, data, config, rows=config.samples, progress=progress)
     costs = UnitCosts.of(config, shape.head_dim, shape.hidden)
     budget = (1.0 - config.target_sparsity) * shape_size(shape, config)
-    keep_h, keep_n = search((gh ** 2).sum(0), (gn ** 2).sum(0), costs, budget, shape.num_layers)
+    neuron_imp = (gn ** 2).sum(0)
+    keep_h, keep_n = search((gh ** 2).sum(0), neuron_imp, costs, budget, shape.num_layers)
     heads_g, neurons_g = _split(gh, shape.heads), _split(gn, shape.ffn)
-    per_layer_n = _split(keep_n, shape.ffn)
+    per_layer_h, per_layer_n = _split(keep_h, shape.heads), _split(keep_n, shape.ffn)
     if config.ffn_multiple > 1:
-        kh_lists = [k.tolist() for k in _split(keep_h, shape.heads)]
         kn_lists = [k.tolist() for k in per_layer_n]
-        snap_widths(kh_lists, kn_lists, _split((gn ** 2).sum(0), shape.ffn), costs, budget, config.ffn_multiple)
+        snap_widths([k.tolist() for k in per_layer_h], kn_lists, _split(neuron_imp, shape.ffn), costs, budget,
+                    config.ffn_multiple)
         per_layer_n = [torch.tensor(k, dtype=torch.bool) for k in kn_lists]
-    keep_heads = [rearrange(g, k) for g, k in zip(heads_g, _split(keep_h, shape.heads))]
+    keep_heads = [rearrange(g, k) for g, k in zip(heads_g, per_layer_h)]
     keep_neurons = [rearrange(g, k) for g, k in zip(neurons_g, per_layer_n)]
     masks = masks_from_keep(keep_heads, keep_neurons, shape, method="fast")
     pruned = apply_masks(model, masks)

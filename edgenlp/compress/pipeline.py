@@ -212,8 +212,12 @@ class Compressor:
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"])}
 
+        from edgenlp.targets.costmodel import cost_table_sources
+
+        # The cost tables by file identity: a recalibration (or a device table measured since) re-plans.
         inputs = {"target": self.target.to_dict(), "budgets": self.budgets.to_dict(), "preset": self.preset.name,
-                  "excluded": excluded, "max_drop": self.config.max_drop}
+                  "excluded": excluded, "max_drop": self.config.max_drop,
+                  "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
 
     # -- stage 4: prune

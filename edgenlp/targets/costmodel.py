@@ -693,6 +693,22 @@ def reference_table_path() -> Path:
     return targets_dir() / "host.costs.json"
 
 
+def cost_table_sources(target: Target) -> list[Path]:
+    """The table files :meth:`CostModel.for_target` reads for ``target`` as things stand, for stage fingerprints.
+
+    A device-measured table for a non-host target (beside its file or in the
+    cache), then the host calibration of this machine, or the shipped
+    reference table while there is none: recalibrating changes this list's
+    content, so a plan made from the old table is not reused.
+    """
+    out = []
+    if target.name != "host":
+        out += [p for p in (measured_table_path(target), device_table_cache_path(target.name)) if p.is_file()][:1]
+    host = host_table_path()
+    out += [host] if host.is_file() else [p for p in (reference_table_path(),) if p.is_file()]
+    return out
+
+
 def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -> CostTable:
     """The host calibration for this CPU and runtime versions (see :func:`host_table_path`).
 

@@ -21,9 +21,14 @@ def quick_tiny(monkeypatch):
     monkeypatch.setitem(compress_config.PRESETS, "quick", small)
 
 
-def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_task_dir, quick_tiny):
+def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_task_dir, quick_tiny, monkeypatch):
+    import shutil
+
     from edgenlp.bundle import Bundle
     from edgenlp.run.base import get_runner
+    from edgenlp.targets.costmodel import host_table_path, reference_table_path
+
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path / "cache"))  # no calibration of this machine: the shipped table
 
     # A size budget below the fp32 program forces the planner to quantize.
     cfg = CompressConfig(model=str(tiny_model_dir), task=str(tiny_task_dir), target="host", seq_len=32, size_mb=3.0,
@@ -71,3 +76,11 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     # A changed accuracy limit redoes the plan and what follows it, not the fine-tune or the baseline.
     res3 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
     assert set(res3.summary["stages_skipped"]) == {"finetune", "baseline"}
+
+    # Calibrating this machine since the last run re-plans too: the plan's fingerprint names the cost tables.
+    host_table_path().parent.mkdir(parents=True)
+    shutil.copy(reference_table_path(), host_table_path())
+    res4 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
+    assert set(res4.summary["stages_skipped"]) == {"finetune", "baseline"}
+    plan_rec = json.loads((tmp_path / "run" / "plan" / "stage.json").read_text())
+    assert [Path(t["path"]) for t in plan_rec["inputs"]["cost_tables"]] == [host_table_path().resolve()]

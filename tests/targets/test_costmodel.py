@@ -239,3 +239,21 @@ def test_device_int4_carries_the_hosts_measured_int4_penalty(host):
     assert cm.kernel_penalty("int4") == 1.0
     assert cm.predict(shape, bits="int4", seq_len=64, threads=1).latency_ms <= cm.predict(shape, bits="int8", seq_len=64,
                                                                                           threads=1).latency_ms
+
+
+def test_cost_table_sources_follow_calibration_and_device_tables(tmp_path, monkeypatch):
+    """What a plan's fingerprint names: the shipped reference, then this machine's calibration, a device table first."""
+    import shutil
+
+    from edgenlp.targets.costmodel import cost_table_sources, device_table_cache_path, host_table_path, reference_table_path
+
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path))
+    host_t, pixel = load_target("host"), load_target("pixel-7")
+    assert cost_table_sources(host_t) == [reference_table_path()]
+    assert cost_table_sources(pixel) == [reference_table_path()]
+    host_table_path().parent.mkdir(parents=True)
+    shutil.copy(reference_table_path(), host_table_path())  # this machine calibrated
+    assert cost_table_sources(host_t) == [host_table_path()]
+    shutil.copy(reference_table_path(), device_table_cache_path("pixel-7"))  # pixel-7 measured over a transport
+    assert cost_table_sources(pixel) == [device_table_cache_path("pixel-7"), host_table_path()]
+    assert cost_table_sources(load_target("pixel-8")) == [host_table_path()]

@@ -77,8 +77,10 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
         data["bench"] = {"task": task, "variant": variant, "seed": seed, "setting": setting_name(setting),
                          "process_wall_s": None, "reused": True}
         return data
-    cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", task, "--method", method, *extra,
-           *TASK_ARGS.get(task, []), "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+    task_args = ["--train-limit", str(args.train_limit)] if args.train_limit else TASK_ARGS.get(task, [])
+    epochs = [] if args.epochs == "auto" else ["--epochs", args.epochs]
+    cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", args.task_dirs.get(task, task),
+           "--method", method, *extra, *task_args, *epochs, "--batch-size", str(args.batch_size),
            "--max-seq-len", str(args.max_seq_len), "--seed", str(seed), "--threads", str(args.threads),
            "--device", args.device, "--out", str(out), "--json", str(report), "--quiet"]
     if args.no_early_stop:
@@ -121,7 +123,7 @@ def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
-    data = load_task(task, data_dir=args.data_dir)
+    data = load_task(args.task_dirs.get(task, task), data_dir=args.data_dir)
     split = data.train.sample(8000, seed=0)
     configs = {"full": FinetuneConfig(method="full"), "learner": FinetuneConfig(method="learner", learner=LearnerConfig(priming_steps=1)),
                "far": FinetuneConfig(method="far", far=FarConfig()), "bitfit": FinetuneConfig(method="bitfit"),
@@ -259,9 +261,12 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
     lines = [
         "# Fine-tuning methods on MiniLM-L6",
         "",
-        f"{meta['epochs']} epoch(s) for every method (priming included), batch {meta['batch_size']}, max_seq_len "
-        f"{meta['max_seq_len']}, {meta['threads']} threads" + (f" x {meta['jobs']} runs at once" if meta.get('jobs', 1) > 1 else "") + f", device {meta['device']}; SST-2: seeded subset of 8,000 train rows, "
-        f"full dev; banking77: full train, full dev ({meta.get('rows', {})}). Learning rates are the library defaults "
+        ("Epochs from the training-set size (the library default)" if meta["epochs"] == "auto" else f"{meta['epochs']} epoch(s)")
+        + f" for every method (priming included), batch {meta['batch_size']}, max_seq_len "
+        f"{meta['max_seq_len']}, {meta['threads']} threads" + (f" x {meta['jobs']} runs at once" if meta.get('jobs', 1) > 1 else "") + f", device {meta['device']}; rows used (a train subset is seeded, dev is always whole): "
+        + "; ".join(f"{t} {v}" for t, v in sorted(meta.get("rows", {}).items()))
+        + "".join(f"; {t} is the folder {d}" for t, d in sorted(meta.get("task_dirs", {}).items()))
+        + ". Learning rates are the library defaults "
         "(body 5e-5 for full/FAR/freeze-FFN, 1e-3 for Learner/BitFit; head = classifier + pooler at 2e-3; Learner "
         f"priming {meta['priming_epochs']} epoch at 5e-5) unless the setting says otherwise. Accuracy is mean ± sample std over "
         "the seeds listed. Trainable = parameters trained in the steady phase (after priming); peak = most trained at once "
@@ -342,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(e.g. 0.32 1 3.2 spans 10x; 1 is the default setting). Replaces --sweep-lr/--sweep-head-lr.")
     p.add_argument("--sweep-only", nargs="+", default=None, choices=list(VARIANTS), help="Methods swept (default: all of --only).")
     p.add_argument("--sweep-tasks", nargs="+", default=None, help="Tasks swept (default: all of --tasks).")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", default="1", help="Epochs per run, or 'auto' for the library's default (from the training-set size).")
+    p.add_argument("--train-limit", type=int, default=None, help="A seeded subset of this many train rows for every task.")
+    p.add_argument("--task-dir", action="append", default=[], metavar="NAME=DIR",
+                   help="A user task folder (train.tsv, dev.tsv) known as NAME in --tasks and the tables.")
     p.add_argument("--no-early-stop", action="store_true", help="Pass --no-early-stop to every run.")
     p.add_argument("--priming-epochs", type=float, default=0.25)
     p.add_argument("--batch-size", type=int, default=32)
@@ -363,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timing-methods", nargs="+", default=["full", "learner", "far", "bitfit", "freeze-ffn"])
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
+    if args.epochs != "auto" and not (args.epochs.isdigit() and int(args.epochs) >= 1):
+        p.error(f"--epochs must be a positive integer or 'auto', got {args.epochs!r}")
+    try:
+        args.task_dirs = {name: str(Path(d).resolve()) for name, d in (spec.split("=", 1) for spec in args.task_dir)}
+    except ValueError:
+        p.error("--task-dir takes NAME=DIR")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
 
@@ -376,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.jobs, "seeds": args.seeds, "note": args.note,
-            "device": args.device, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
+            "device": args.device, "task_dirs": args.task_dirs, "train_limit": args.train_limit, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}
     out = Path(args.out)

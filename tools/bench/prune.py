@@ -20,6 +20,8 @@ A rerun with the same ``--workdir`` reuses finished runs.
 
     python tools/bench/prune.py --teachers /work/artifacts/teachers --tasks sst2 banking77 \\
         --cofi-tasks sst2 --cofi-train-limit 4000 --budget-min 50 --workdir /tmp/prune-bench
+    python tools/bench/prune.py --combine tools/bench/results/prune.json tools/bench/results/prune-cofi.json \\
+        --out tools/bench/results/prune-all       # one figure for every method, from runs on any host
 """
 
 from __future__ import annotations
@@ -265,6 +267,64 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def combine(files: list[Path], out: Path) -> None:
+    """Every method from several result files on one figure: accuracy drop vs speed-up, per task.
+
+    Latency in ms differs between hosts; the speed-up over the unpruned bundle
+    measured in the same rounds does much less, so the runs of different hosts
+    (or of different stops) share an axis. Writes ``<out>.png`` and ``<out>.md``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    from edgenlp.utils import atomic_write_text
+
+    rows, sources = [], []
+    for f in files:
+        doc = json.loads(Path(f).read_text())
+        cpu = doc.get("environment", {}).get("cpu", {}).get("model", "?")
+        sources.append(f"`{Path(f).name}`: {cpu}, ISA flags {doc.get('isa')}")
+        rows += [{**r, "source": Path(f).name} for r in doc.get("rows", []) if "speedup_128" in r]
+    if not rows:
+        raise SystemExit(f"error: no measured rows in {', '.join(map(str, files))}")
+    tasks = sorted({r["task"] for r in rows}, key=lambda t: (t != "sst2", t))
+    marks = {"cofi": "o-", "fast": "s-", "importance": "^-"}
+    fig, axes = plt.subplots(1, len(tasks), figsize=(5.6 * len(tasks), 4.3), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        for method, style in marks.items():
+            pts = sorted((r["speedup_128"], -r["drop_points"], r["target"]) for r in rows
+                         if r["task"] == task and r["method"] == method)
+            if not pts:
+                continue
+            ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], style, label=method)
+            for x, y, t in pts:
+                ax.annotate(f"{100 * t:.0f}%", (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xscale("log")
+        ax.set_xticks([1.25, 1.5, 2, 3, 4, 6, 8])
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}x"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(f"MiniLM-L6, {task}: accuracy vs speed-up (labels: encoder sparsity)", fontsize=10)
+        ax.set_xlabel("speed-up over the unpruned bundle, ExecuTorch seq 128, 1 thread")
+        ax.set_ylabel("dev accuracy change (points)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=110)
+    plt.close(fig)
+    lines = ["# Structured pruning of MiniLM-L6: every method (tools/bench/prune.py --combine)", "",
+             "Speed-up is over the unpruned bundle timed in the same interleaved rounds of the same run, so rows "
+             "from different hosts compare; milliseconds do not. Sources:", ""] + [f"- {s}" for s in sources] + [
+             "", "| task | method | sparsity | Δ points | speed-up @128 | speed-up @32 | source |", "|---|---|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (tasks.index(r["task"]), r["target"], r["method"])):
+        lines.append(f"| {r['task']} | {r['method']} | {100 * r['target']:.0f}% | {-r['drop_points']:+.2f} | "
+                     f"{r['speedup_128']}x | {r.get('speedup_32', '')}x | {r['source']} |")
+    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--teachers", type=Path, default=Path("/work/artifacts/teachers"), help="folder with one model dir per task")
@@ -292,8 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", type=Path, default=Path("/tmp/prune-bench"))
     p.add_argument("--note", default="")
     p.add_argument("--out", type=Path, default=RESULTS / "prune")
+    p.add_argument("--combine", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
+                   help="only draw every method of these result files on one figure (accuracy change vs speed-up) to --out")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.combine:
+        combine(args.combine, args.out)
+        return 0
 
     from edgenlp.data.tasks import load_task
     from edgenlp.utils import environment, isa_flags

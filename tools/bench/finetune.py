@@ -181,6 +181,11 @@ def _stats(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def pm(mean: float, std: float, n: int) -> str:
+    """``mean ± std`` over several seeds; one seed has no spread to show."""
+    return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f} (1 seed)"
+
+
 def summarize(runs: list[dict]) -> list[dict]:
     """One row per (task, variant, setting): mean and sample std over seeds."""
     groups: dict[tuple[str, str, str], list[dict]] = {}
@@ -237,21 +242,25 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
         full = by.get((task, "full"))
         if not full:
             continue
+        n_settings = sum(1 for r in rows if (r["task"], r["variant"]) == (task, "full"))
+        full_name = f"tuned full ({n_settings} settings swept)" if n_settings > 1 else "full at one setting (not swept)"
         for variant, label in (("learner", "Learner (primed)"), ("far", "FAR")):
             r = by.get((task, variant))
             if not r:
                 continue
             gap = full["accuracy"] - r["accuracy"]
             step = ratio.get(variant, r["step_s"] / full["step_s"])
-            line = (f"{task}: {label} accuracy {r['accuracy']:.2f} ± {r['accuracy_std']:.2f} (n={len(r['seeds'])}) vs tuned full "
-                    f"{full['accuracy']:.2f} ± {full['accuracy_std']:.2f} (n={len(full['seeds'])}, {full['setting']}) "
+            step_src = "" if variant in ratio else " (from the runs' own step times, which other jobs disturb)"
+            line = (f"{task}: {label} accuracy {pm(r['accuracy'], r['accuracy_std'], len(r['seeds']))} (n={len(r['seeds'])}) "
+                    f"vs {full_name} {pm(full['accuracy'], full['accuracy_std'], len(full['seeds']))} "
+                    f"(n={len(full['seeds'])}, {full['setting']}) "
                     f"(gap {gap:+.2f} pt, target <= 1.0: {'met' if gap <= 1.0 else 'MISSED'})")
             if variant == "learner":
                 share = r["trainable"] / full["trainable"]
                 line += (f"; trainable {100 * share:.1f}% of full (target <= 10%: {'met' if share <= 0.10 else 'MISSED'})"
-                         f"; step time {100 * step:.0f}% of full")
+                         f"; step time {100 * step:.0f}% of full{step_src}")
             else:
-                line += f"; reconfigured step time {100 * step:.0f}% of full ({'lower' if step < 1 else 'NOT lower'})"
+                line += f"; reconfigured step time {100 * step:.0f}% of full ({'lower' if step < 1 else 'NOT lower'}){step_src}"
             out.append(line)
     return out
 
@@ -283,10 +292,10 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
     ]
     order = list(VARIANTS)
     for r in sorted(best.values(), key=lambda r: (r["task"], order.index(r["variant"]))):
-        f1 = f"{r['macro_f1']:.2f} ± {r['macro_f1_std']:.2f}" if r["macro_f1"] is not None else "–"
+        f1 = pm(r["macro_f1"], r["macro_f1_std"], len(r["seeds"])) if r["macro_f1"] is not None else "–"
         phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phase_step_s"].items())
         lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {','.join(map(str, r['seeds']))} | "
-                     f"{r['accuracy']:.2f} ± {r['accuracy_std']:.2f} | {f1} | {r['trainable']:,} | {r['trainable_percent']:.2f} | "
+                     f"{pm(r['accuracy'], r['accuracy_std'], len(r['seeds']))} | {f1} | {r['trainable']:,} | {r['trainable_percent']:.2f} | "
                      f"{r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | {phases} | {r['peak_rss_mb']:.0f} |")
     swept = [r for r in rows if sum(1 for x in rows if (x["task"], x["variant"]) == (r["task"], r["variant"])) > 1]
     if swept:
@@ -310,7 +319,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
             spread = (f"{v['mean_s']:.3f} ± {v['std_s']:.3f} | {v['p10_s']:.3f}–{v['p90_s']:.3f}" if "std_s" in v else "– | –")
             vs = f"{100 * v['vs_full']:.0f}%" + (f" ({100 * v['vs_full_p10']:.0f}–{100 * v['vs_full_p90']:.0f}%)" if "vs_full_p10" in v else "")
             lines.append(f"| {n} | {v['median_s']:.3f} | {spread} | {vs} |")
-    lines += ["", "## Targets (against the tuned full fine-tuning row)", ""] + [f"- {t}" for t in targets(rows, steps)]
+    lines += ["", "## Targets (against the full fine-tuning row; tuned when its rates were swept)", ""] + [f"- {t}" for t in targets(rows, steps)]
     if skipped:
         lines += ["", "## Not run", "", "Left out for time (budget or --report-only): " + ", ".join(skipped) + "."]
     ranks = {r["task"]: r["ranks"] for r in rows if r["variant"] == "learner-rank-auto" and r["ranks"]}

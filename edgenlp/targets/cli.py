@@ -14,17 +14,12 @@ log = logging.getLogger(__name__)
 
 
 def _table_state(target) -> str:
-    from edgenlp.targets.costmodel import device_table_cache_path, host_table_path, reference_table_path
-    from edgenlp.targets.target import measured_table_path
+    from edgenlp.targets.costmodel import device_table_file, host_table_file, host_table_path
 
     if target.name == "host":
-        if host_table_path().is_file():
-            return "calibrated"
-        return "reference table" if reference_table_path().is_file() else "not calibrated"
-    for p in (measured_table_path(target), device_table_cache_path(target.name)):
-        if p.is_file():
-            return "measured"
-    return "estimated"
+        table = host_table_file()
+        return "not calibrated" if table is None else "calibrated" if table == host_table_path() else "reference table"
+    return "measured" if device_table_file(target) is not None else "estimated"
 
 
 def _budget_text(b) -> str:

@@ -451,11 +451,10 @@ class CostModel:
         from edgenlp.targets.target import load_target
 
         device_table = None
-        for p in (measured_table_path(target), device_table_cache_path(target.name)):
-            if target.name != "host" and p.is_file():
-                device_table = CostTable.load(p)
-                log.info("using the table measured on %s: %s", target.name, p)
-                break
+        p = device_table_file(target)
+        if p is not None:
+            device_table = CostTable.load(p)
+            log.info("using the table measured on %s: %s", target.name, p)
         if table is None:
             table = device_table if device_table is not None else load_host_table(fallback=True)
         host = load_target("host") if target.name != "host" else target
@@ -701,12 +700,19 @@ def cost_table_sources(target: Target) -> list[Path]:
     reference table while there is none: recalibrating changes this list's
     content, so a plan made from the old table is not reused.
     """
-    out = []
-    if target.name != "host":
-        out += [p for p in (measured_table_path(target), device_table_cache_path(target.name)) if p.is_file()][:1]
-    host = host_table_path()
-    out += [host] if host.is_file() else [p for p in (reference_table_path(),) if p.is_file()]
-    return out
+    return [p for p in (device_table_file(target), host_table_file()) if p is not None]
+
+
+def device_table_file(target: Target) -> Path | None:
+    """The table measured on ``target`` (beside its file, else in the cache); None for the host or when unmeasured."""
+    if target.name == "host":
+        return None
+    return next((p for p in (measured_table_path(target), device_table_cache_path(target.name)) if p.is_file()), None)
+
+
+def host_table_file() -> Path | None:
+    """This machine's calibration, else the shipped reference table; None when neither exists."""
+    return next((p for p in (host_table_path(), reference_table_path()) if p.is_file()), None)
 
 
 def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -> CostTable:

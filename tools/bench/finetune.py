@@ -181,6 +181,11 @@ def _stats(xs: list[float]) -> tuple[float, float]:
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else 0.0)
 
 
+def settings_count(rows: list[dict], task: str, variant: str) -> int:
+    """How many learning-rate settings a (task, method) ran: more than one means it was swept."""
+    return sum(1 for r in rows if (r["task"], r["variant"]) == (task, variant))
+
+
 def pm(mean: float, std: float, n: int) -> str:
     """``mean ± std`` over several seeds; one seed has no spread to show."""
     return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f} (1 seed)"
@@ -242,7 +247,7 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
         full = by.get((task, "full"))
         if not full:
             continue
-        n_settings = sum(1 for r in rows if (r["task"], r["variant"]) == (task, "full"))
+        n_settings = settings_count(rows, task, "full")
         full_name = f"tuned full ({n_settings} settings swept)" if n_settings > 1 else "full at one setting (not swept)"
         for variant, label in (("learner", "Learner (primed)"), ("far", "FAR")):
             r = by.get((task, variant))
@@ -297,7 +302,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {','.join(map(str, r['seeds']))} | "
                      f"{pm(r['accuracy'], r['accuracy_std'], len(r['seeds']))} | {f1} | {r['trainable']:,} | {r['trainable_percent']:.2f} | "
                      f"{r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | {phases} | {r['peak_rss_mb']:.0f} |")
-    swept = [r for r in rows if sum(1 for x in rows if (x["task"], x["variant"]) == (r["task"], r["variant"])) > 1]
+    swept = [r for r in rows if settings_count(rows, r["task"], r["variant"]) > 1]
     if swept:
         lines += ["", "## Learning-rate sweep (seed 0; the chosen setting then runs every seed)", "",
                   "| task | method | setting | lr used | seed-0 dev acc (%) | chosen |", "|---|---|---|---|---|---|"]

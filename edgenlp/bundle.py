@@ -64,6 +64,8 @@ from functools import cached_property
 from pathlib import Path
 
 from edgenlp.errors import BundleError
+from edgenlp.models.families import ATTENTION_LINEARS, FAMILIES, FFN_LINEARS
+from edgenlp.models.vocab import IdRemap
 from edgenlp.utils import sha256_file
 
 FORMAT = "edgenlp-bundle"
@@ -101,57 +103,66 @@ def pad_to_bucket(ids, method: "PteMethod", *, pad_id: int):
 
 
 VOCAB_MAP_FORMAT = "edgenlp-vocab-map"
+VOCAB_MAP_FILE = "vocab_map.json"
 
 
-@dataclass(frozen=True)
-class VocabMap:
-    """A trimmed vocabulary: ``kept[new_id] = original_id`` (see the module docstring)."""
+class VocabMap(IdRemap):
+    """``vocab_map.json``: the trimmed vocabulary a bundle's model takes (see the module docstring).
 
-    kept: tuple[int, ...]
-    unk_id: int  # original id of the unk token
-
-    def __post_init__(self) -> None:
-        if not self.kept:
-            raise ValueError("a vocabulary map keeps at least the special tokens")
-        if len(set(self.kept)) != len(self.kept):
-            raise ValueError("a vocabulary map keeps an id twice")
-        if min(self.kept) < 0:
-            raise ValueError("vocabulary map ids must be >= 0")
-        if self.unk_id not in self.kept:
-            raise ValueError("a vocabulary map must keep the unk token")
-
-    @cached_property
-    def _to_new(self) -> dict[int, int]:
-        return {orig: new for new, orig in enumerate(self.kept)}
-
-    def remap(self, ids) -> list[int]:
-        """Original ids -> new ids; ids not kept become the unk token's new id."""
-        to_new = self._to_new
-        unk = to_new[self.unk_id]
-        return [to_new.get(int(i), unk) for i in ids]
+    ``kept[new_id] = original_id``; the lookup itself is
+    :class:`edgenlp.models.vocab.IdRemap`. Written by export, read (and checked
+    against the tokenizer and the model's table) by :meth:`Bundle.vocab_map`.
+    """
 
     def to_dict(self) -> dict:
-        return {"format": VOCAB_MAP_FORMAT, "version": 1, "kept": list(self.kept)}
+        return {"format": VOCAB_MAP_FORMAT, "version": 1, "source_vocab_size": self.source_vocab_size,
+                "unk_id": self.unk_id, "kept": list(self.kept)}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), separators=(",", ":")) + "\n")
 
     @classmethod
-    def read(cls, path: Path, *, unk_id: int, vocab_size: int, specials: tuple[int, ...] = ()) -> "VocabMap":
-        """Read and check ``vocab_map.json``; raises :class:`BundleError` with one line."""
+    def from_remap(cls, remap: IdRemap) -> "VocabMap":
+        return cls(remap.kept, source_vocab_size=remap.source_vocab_size, unk_old_id=remap.kept[remap.unk_id])
+
+    @classmethod
+    def read(cls, path: Path, *, unk_id: int, vocab_size: int, specials: tuple[int, ...] = (),
+             rows: int | None = None) -> "VocabMap":
+        """Read and check ``vocab_map.json``; raises :class:`BundleError` with one line.
+
+        ``unk_id`` is the unk token's original id, ``vocab_size`` the number of
+        lines of ``vocab.txt``, ``specials`` original ids that must be kept and
+        ``rows`` the model's embedding-table rows (the map must keep that many).
+        The file's ``format``/``version``, ``source_vocab_size`` and ``unk_id``
+        (new id) are checked when present.
+        """
         try:
             d = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{path}: cannot read the vocabulary map ({exc})") from exc
-        kept = d.get("kept") if isinstance(d, dict) else None
+            raise BundleError(f"{path}: unreadable vocabulary map ({exc})") from None
+        if not isinstance(d, dict):
+            raise BundleError(f"{path}: unreadable vocabulary map (not a JSON object)")
+        if "format" in d and (d.get("format") != VOCAB_MAP_FORMAT or d.get("version") != 1):
+            raise BundleError(f"{path}: not an {VOCAB_MAP_FORMAT} version 1 file")
+        kept = d.get("kept")
         if not isinstance(kept, list) or not kept or not all(isinstance(i, int) and not isinstance(i, bool) for i in kept):
             raise BundleError(f"{path}: \"kept\" must be a non-empty list of token ids")
+        if rows is not None and len(kept) != rows:
+            raise BundleError(f"{path}: keeps {len(kept)} tokens but the model's embedding table has {rows} rows")
+        n = d.get("source_vocab_size", vocab_size)
+        if n != vocab_size:
+            raise BundleError(f"{path}: source_vocab_size {n!r} is not the vocabulary's {vocab_size} tokens")
         if max(kept) >= vocab_size or min(kept) < 0:
             raise BundleError(f"{path}: ids must be in 0..{vocab_size - 1} (the vocabulary has {vocab_size} tokens)")
+        if any(a >= b for a, b in zip(kept, kept[1:])):
+            raise BundleError(f"{path}: \"kept\" must list ascending ids, each once")
         missing = [i for i in (unk_id, *specials) if i not in set(kept)]
         if missing:
             raise BundleError(f"{path}: the special token ids {missing} must be kept")
-        try:
-            return cls(tuple(kept), unk_id)
-        except ValueError as exc:
-            raise BundleError(f"{path}: {exc}") from None
+        out = cls(kept, source_vocab_size=vocab_size, unk_old_id=unk_id)
+        if "unk_id" in d and d["unk_id"] != out.unk_id:
+            raise BundleError(f"{path}: unk_id {d['unk_id']!r} is not the unk token's new id {out.unk_id}")
+        return out
 
 
 @dataclass(frozen=True)
@@ -205,8 +216,6 @@ class Bundle:
         if not (self.path / vocab).is_file():
             raise BundleError(f"{self.path}: missing vocabulary {vocab}")
         if "quantization" in self.manifest or self.manifest["tokenizer"].get("id_map"):
-            from edgenlp.quantize.metadata import check_quantization
-
             check_quantization(self)
 
     # ---------------------------------------------------------------- accessors
@@ -252,31 +261,26 @@ class Bundle:
 
     @cached_property
     def vocab_map(self) -> VocabMap | None:
-        """The trimmed-vocabulary map (``tokenizer.vocab_map``), or None for a full vocabulary."""
-        name = self.manifest["tokenizer"].get("vocab_map")
+        """The trimmed-vocabulary map (``tokenizer.vocab_map`` or ``tokenizer.id_map``), or None for a full vocabulary."""
+        settings = self.manifest["tokenizer"]
+        name = settings.get("id_map") or settings.get("vocab_map")
         if not name:
             return None
         tok = self.tokenizer
         specials = tuple(tok.convert_tokens_to_ids(t) for t in (tok.cls_token, tok.sep_token, tok.pad_token))
-        return VocabMap.read(self.path / name, unk_id=tok.unk_token_id, vocab_size=len(tok), specials=specials)
+        rows = (self.manifest.get("model") or {}).get("shape", {}).get("vocab_size")
+        return VocabMap.read(self.path / name, unk_id=tok.unk_token_id, vocab_size=len(tok), specials=specials,
+                             rows=rows if isinstance(rows, int) and settings.get("id_map") else None)
+
+    @property
+    def id_map(self) -> VocabMap | None:
+        """The same map as :attr:`vocab_map` (the name export and the tests used)."""
+        return self.vocab_map
 
     def remap_ids(self, ids) -> list[int]:
         """Token ids from :attr:`tokenizer` as the model takes them (identity without a vocabulary map)."""
-        if self.id_map is not None:
-            return self.id_map.apply(list(ids))
         vmap = self.vocab_map
-        return list(ids) if vmap is None else vmap.remap(ids)
-
-    @cached_property
-    def id_map(self):
-        """The :class:`edgenlp.quantize.vocab.IdMap` of a trimmed vocabulary, else None."""
-        name = self.manifest["tokenizer"].get("id_map")
-        if not name:
-            return None
-        from edgenlp.quantize.vocab import IdMap
-
-        rows = (self.manifest.get("model") or {}).get("shape", {}).get("vocab_size")
-        return IdMap.load(self.path / name, vocab_size=rows if isinstance(rows, int) else None)
+        return list(ids) if vmap is None else vmap.apply(ids)
 
     @cached_property
     def recipe(self):
@@ -287,6 +291,53 @@ class Bundle:
             return recipe_from_list(self.manifest.get("applied"), where=f"{self.path / MANIFEST}: applied")
         except RecipeError as exc:
             raise BundleError(str(exc)) from None
+
+
+# --------------------------------------------------------------------------- quantization metadata
+
+
+def expected_linears(shape: dict) -> set[str]:
+    """Linear names a model of this manifest shape has (zero-width linears excluded)."""
+    heads, ffn = shape.get("heads", []), shape.get("ffn", [])
+    names = set()
+    for i, (h, f) in enumerate(zip(heads, ffn)):
+        if h:
+            names.update(f"layers.{i}.{p}" for p in ATTENTION_LINEARS)
+        if f:
+            names.update(f"layers.{i}.{p}" for p in FFN_LINEARS)
+    family = FAMILIES.get(shape.get("family"))
+    names.update(family.head if family else ("pooler", "classifier"))
+    return names
+
+
+def check_quantization(bundle) -> None:
+    """The ``quantization`` key, the recipe's quantize step and the vocabulary map agree with the model."""
+    where = f"{bundle.path / 'manifest.json'}"
+    q = bundle.manifest.get("quantization")
+    shape = (bundle.manifest.get("model") or {}).get("shape") or {}
+    steps = [s for s in bundle.recipe if s.type == "quantize"]
+    if q is not None:
+        if not isinstance(q, dict) or not isinstance(q.get("linears"), dict):
+            raise BundleError(f"{where}: 'quantization' must be an object with a 'linears' map")
+        if not steps:
+            raise BundleError(f"{where}: 'quantization' is present but the recipe has no quantize step")
+        bits = steps[-1].config.layer_bits
+        if dict(bits) != q["linears"]:
+            raise BundleError(f"{where}: quantization.linears disagrees with the recipe's quantize step")
+        want = expected_linears(shape)
+        if set(q["linears"]) != want:
+            extra = sorted(set(q["linears"]) - want) or sorted(want - set(q["linears"]))
+            raise BundleError(f"{where}: quantization.linears does not match the model's linears (e.g. {extra[0]!r})")
+        bad = [k for k, v in q["linears"].items() if v not in (32, 8, 4)]
+        if bad:
+            raise BundleError(f"{where}: quantization.linears[{bad[0]!r}] must be 32, 8 or 4")
+        if q.get("embeddings") != steps[-1].config.embeddings:
+            raise BundleError(f"{where}: quantization.embeddings disagrees with the recipe's quantize step")
+    name = bundle.manifest["tokenizer"].get("id_map")
+    if name:
+        if name not in bundle.manifest["files"]:
+            raise BundleError(f"{where}: tokenizer.id_map {name!r} is not a listed bundle file")
+        bundle.id_map  # noqa: B018  (reads and checks the map against the model's table)
 
 
 def finalize_manifest(tmp_dir: Path, manifest: dict) -> dict:

@@ -143,11 +143,12 @@ def recipe_from_list(items: Any, *, where: str = "recipe") -> Recipe:
 class ParityPolicy:
     """How export checks a lowered program against eager PyTorch.
 
-    ``reference`` builds the eager model the lowered program must match (the
-    fp32 model itself, or e.g. a fake-quantized copy); ``tolerance`` bounds the
+    ``reference`` builds the eager model the lowered program must match from
+    the model being lowered (None: that model itself, e.g. a quantized model,
+    which runs eagerly as its kernels' reference); ``tolerance`` bounds the
     max |logit difference| against it. ``compare_fp32`` also reports the
-    difference and argmax agreement against the unmodified fp32 model
-    (the error the step itself introduces), without gating on it.
+    difference and argmax agreement against the fp32 model ``fp32_reference``
+    returns (the error the step itself introduces), without gating on it.
     ``runtime_tolerance`` overrides the tolerance per runtime name (e.g. ONNX
     Runtime quantizes activations its own way, so its distance to a
     fake-quantized reference is larger than XNNPACK's). With ``relative`` the
@@ -168,6 +169,7 @@ class ParityPolicy:
     tolerance: float
     reference: Callable[[Any], Any] | None = None  # model -> eager reference model; None = the model itself
     compare_fp32: bool = False
+    fp32_reference: Callable[[Any], Any] | None = None  # model -> the fp32 model it came from (None = the model itself)
     runtime_tolerance: tuple[tuple[str, float], ...] = ()
     relative: bool = False
     quant_error_fraction: float | None = None
@@ -194,6 +196,9 @@ class ParityPolicy:
 
     def reference_model(self, model):
         return model if self.reference is None else self.reference(model)
+
+    def fp32_model(self, model):
+        return model if self.fp32_reference is None else self.fp32_reference(model)
 
 
 FP32_PARITY = ParityPolicy("fp32", 1e-4)

@@ -40,7 +40,7 @@ def build_bundle(model, info, out: Path, *, candidate: Mapping[str, Any], task, 
     qcfg = quantize_config(candidate, num_layers=model.shape.num_layers)
     if qcfg is None:
         return export_bundle(model, info, out, config=config, task=task, annotations=dict(annotations or {}))
-    from edgenlp.quantize.api import quantize
+    from edgenlp.compress.guard import quantize_bundle
 
-    return quantize(model, info, out, qcfg, task=task, export_config=config, progress=progress,
+    return quantize_bundle(model, info, out, qcfg, task=task, export_config=config, progress=progress,
                     annotations=dict(annotations or {})).bundle

@@ -118,7 +118,7 @@ def _profile(spec: Path, *, seq_len: int, threads: int, runs: int, runtimes: tup
 
 
 def _native_available() -> bool:
-    from edgenlp.pipeline import native_available
+    from edgenlp.run.native import native_available
 
     return native_available()
 

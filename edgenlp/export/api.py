@@ -20,7 +20,7 @@ import numpy as np
 from edgenlp import __version__
 from edgenlp.config import Config
 from edgenlp.errors import EdgeNLPError, ParityError
-from edgenlp.bundle import FORMAT, FORMAT_VERSION, FORMATS, Bundle, finalize_manifest
+from edgenlp.bundle import FORMAT, FORMAT_VERSION, FORMATS, VOCAB_MAP_FILE, Bundle, VocabMap, finalize_manifest
 from edgenlp.recipe import Step, parity_policy, recipe_to_list
 from edgenlp.utils import atomic_dir, environment
 
@@ -122,7 +122,7 @@ def check_parity(
 
     make_runner = runner_factory or get_runner
     ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len, id_map=id_map)
-    fp32 = _eager_reference(model, tokenizer, texts, max_len, id_map=id_map) if policy.compare_fp32 else None
+    fp32 = _eager_reference(policy.fp32_model(model), tokenizer, texts, max_len, id_map=id_map) if policy.compare_fp32 else None
     quant_error = float(np.abs(ref - fp32).max()) if fp32 is not None else None
     out = {}
     for fmt in formats:
@@ -145,20 +145,21 @@ def check_parity(
     return out
 
 
-def _apply_quantize_step(model, recipe: tuple, *, tokenizer, task):
-    """Resolve the last ``quantize`` step of ``recipe`` on ``model``: trimmed model, resolved step, plan.
-
-    Returns ``(model, recipe, QuantizedExport | None)``; the step in the
-    returned recipe lists every linear's bits and records fallbacks.
-    """
-    idx = [i for i, s in enumerate(recipe) if s.type == "quantize"]
-    if not idx:
-        return model, recipe, None
-    from edgenlp.quantize.export import plan_quantized_export
-
-    i = idx[-1]
-    model, step, quant = plan_quantized_export(model, recipe[i], tokenizer=tokenizer, task=task)
-    return model, (*recipe[:i], step, *recipe[i + 1 :]), quant
+def _quantization_entry(quant) -> dict:
+    """The manifest's ``quantization`` key for a quantized model: what the runtimes need without parsing the recipe."""
+    c = quant.config
+    return {
+        "scheme": c.scheme,
+        "linears": dict(quant.bits),
+        "group_size": c.group_size,
+        "activations": "int8 dynamic per token (asymmetric)",
+        "weights": {"8": "int8 symmetric per output channel", "4": f"int4 symmetric per group of {c.group_size}"},
+        "embeddings": c.embeddings,
+        "vocab_map": VOCAB_MAP_FILE if quant.remap is not None else None,
+        "kept_tokens": len(quant.remap) if quant.remap is not None else None,
+        "fallbacks": list(quant.fallbacks),
+        "predicted_weight_bytes": quant.weight_bytes,
+    }
 
 
 def export_bundle(
@@ -193,7 +194,11 @@ def export_bundle(
     if model.shape.max_positions < config.max_seq_len:
         raise EdgeNLPError(f"--seq-len {config.max_seq_len} exceeds the model's {model.shape.max_positions} positions")
     tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
-    model, recipe, quant = _apply_quantize_step(model, tuple(recipe), tokenizer=tokenizer, task=task)
+    quant = getattr(model, "quantization", None)  # set by edgenlp.quantize.api.quantize_model
+    if any(step.type == "quantize" for step in recipe):
+        raise ValueError("export lowers the model it is given: quantize it first (edgenlp.quantize.api.quantize_model), "
+                         "not through a recipe step")
+    fp32_model = quant.source if quant is not None else model
     steps = (*info.recipe, *recipe)
     policy = parity_policy(steps)
     texts = list(sample_texts or (task.dev.texts[: config.parity_samples] if task else FALLBACK_SENTENCES))
@@ -205,7 +210,7 @@ def export_bundle(
             from edgenlp.export.executorch import to_pte
 
             log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
-            res = to_pte(model, buckets=config.resolved_buckets, transform=quant.transform if quant else None)
+            res = to_pte(model, buckets=config.resolved_buckets)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds
@@ -213,10 +218,10 @@ def export_bundle(
             from edgenlp.export.onnx import to_onnx
 
             log.info("exporting to ONNX")
-            res = to_onnx(model, max_seq_len=config.max_seq_len)
+            res = to_onnx(fp32_model, max_seq_len=config.max_seq_len)
             data = res.data
             if quant is not None:
-                from edgenlp.quantize.onnx import quantize_onnx
+                from edgenlp.export.onnx_quant import quantize_onnx
 
                 log.info("quantizing the ONNX model with ONNX Runtime's tools")
                 data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
@@ -226,18 +231,17 @@ def export_bundle(
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")
         tok_settings = {**info.tokenizer, "vocab": "vocab.txt", "type": "wordpiece"}
-        if quant is not None and quant.id_map is not None:
-            from edgenlp.quantize.vocab import MAP_FILE
-
-            quant.id_map.save(tmp / MAP_FILE)
-            tok_settings["id_map"] = MAP_FILE
-            tok_settings["vocab_map"] = MAP_FILE  # the key the native runtime reads (same file)
+        vocab_map = VocabMap.from_remap(quant.remap) if quant is not None and quant.remap is not None else None
+        if vocab_map is not None:
+            vocab_map.save(tmp / VOCAB_MAP_FILE)
+            tok_settings["id_map"] = VOCAB_MAP_FILE
+            tok_settings["vocab_map"] = VOCAB_MAP_FILE  # the key the native runtime reads (same file)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "edgenlp_version": __version__,
-            "model": {**info.to_dict(), "shape": model.shape.to_dict(), "params": sum(p.numel() for p in model.parameters())},
+            "model": {**info.to_dict(), "shape": model.shape.to_dict(), "params": sum(p.numel() for p in fp32_model.parameters())},
             "task": task.to_dict() if task is not None else None,
             "labels": list(model.labels),
             "tokenizer": tok_settings,
@@ -250,7 +254,7 @@ def export_bundle(
             "outputs": [{"name": "logits", "dtype": "float32", "shape": [1, model.num_labels]}],
             "artifacts": artifacts,
             "applied": recipe_to_list((*steps, Step("export", config))),
-            **({"quantization": quant.manifest_entry()} if quant is not None else {}),
+            **({"quantization": _quantization_entry(quant)} if quant is not None else {}),
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
         }
@@ -263,7 +267,7 @@ def export_bundle(
         # Parity through the real runtimes, on the bundle as written.
         manifest["parity"] = check_parity(tmp, model, policy, formats=config.formats, texts=texts, tokenizer=tokenizer,
                                           max_len=config.max_seq_len, tolerance=config.parity_tolerance,
-                                          runner_factory=runner_factory, id_map=quant.id_map if quant else None)
+                                          runner_factory=runner_factory, id_map=vocab_map)
         failures = [f"{rt} max |logit diff| {p['max_abs_diff']:.2e} > {p['tolerance']:.0e} ({p['policy']})"
                     for rt, p in manifest["parity"].items() if not p["passed"]]
         if failures:

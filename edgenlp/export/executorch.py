@@ -18,7 +18,6 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -120,6 +119,11 @@ def _method_report(name: str, seq_len: int, final_gm: torch.fx.GraphModule, *, d
     return MethodReport(name, seq_len, calls, delegated, dict(ops), linears)
 
 
+def is_quantized(model: torch.nn.Module) -> bool:
+    """Whether any weight of ``model`` is a quantized tensor subclass (torchao) rather than a plain tensor."""
+    return any(type(p) not in (torch.Tensor, torch.nn.Parameter) for p in model.parameters())
+
+
 def default_buckets(max_seq_len: int) -> tuple[int, ...]:
     """Powers of two from 16 below ``max_seq_len``, plus ``max_seq_len`` itself."""
     out = [b for b in (16, 32, 64, 128, 256) if b < max_seq_len]
@@ -132,22 +136,21 @@ def to_pte(
     buckets: tuple[int, ...],
     generate_etrecord: bool = False,
     prepared: bool = False,
-    transform: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
 ) -> PteResult:
     """Export ``model`` once per bucket and lower all methods into one ExecuTorch program.
 
     ``prepared=True`` means ``model`` already went through :func:`prepare`.
-    ``transform`` (e.g. quantization) is applied to the prepared copy before
-    export; the program then goes through ExecuTorch's quant-fusion pass,
-    which turns dequantize + embedding into its quantized embedding kernels.
+    A quantized model (weights held as torchao quantized tensors, e.g. from
+    :func:`edgenlp.quantize.api.quantize_model`) lowers to XNNPACK's quantized
+    kernels, and its program goes through ExecuTorch's quant-fusion pass, which
+    turns dequantize + embedding into the quantized embedding kernels.
     """
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     start = time.perf_counter()
     m = model if prepared else prepare(model)
-    if transform is not None:
-        m = transform(m)
+    quantized = is_quantized(m)
     vocab = m.shape.vocab_size if hasattr(m, "shape") else 1000
     programs = {}
     for seq in buckets:
@@ -164,7 +167,7 @@ def to_pte(
             delegated[name] = get_delegation_info(gm).num_delegated_nodes
         except Exception:  # pragma: no cover - devtools API drift
             delegated[name] = -1
-    et = edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=transform is not None))
+    et = edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=quantized))
     reports = [
         _method_report(name, seq, et.exported_program(name).graph_module, delegated=delegated[name], linears=linears[name])
         for name, seq in zip(programs, buckets)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgenlp.config import Config
-from edgenlp.models.families import LAYER_LINEARS
+from edgenlp.models.families import ATTENTION_LINEARS, LAYER_LINEARS
 
 METHODS = ("full", "learner", "far", "bitfit", "freeze-ffn")
 # Body learning rate when FinetuneConfig.lr is None. Weights that start pretrained
@@ -36,7 +36,6 @@ AUTO_MAX_EPOCHS = 10
 LR_GROUPS = ("body", "head", "priming")
 # Modules a Learner may target: the canonical per-layer linears and the pooler.
 LEARNER_TARGETS = LAYER_LINEARS + ("pooler",)
-ATTENTION_LINEARS = ("query", "key", "value", "attn_out")
 
 
 def _check_positive(name: str, value, *, allow_none: bool = False) -> None:

@@ -14,6 +14,9 @@ from typing import Mapping
 # Canonical names of the linear layers inside one encoder layer. Fine-tuning
 # targets, pruning surgery and the profiler all speak these names.
 LAYER_LINEARS = ("query", "key", "value", "attn_out", "ffn_in", "ffn_out")
+# The linears that exist while a layer keeps a head / an FFN neuron (a pruned layer may have neither).
+ATTENTION_LINEARS = ("query", "key", "value", "attn_out")
+FFN_LINEARS = ("ffn_in", "ffn_out")
 LAYER_NORMS = ("attn_norm", "ffn_norm")
 
 

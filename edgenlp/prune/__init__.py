@@ -4,12 +4,25 @@ Two stages separated by data: a method (``cofi``, ``fast``, ``importance``)
 learns a :class:`MaskDict`; :func:`apply_masks` (surgery) turns it into a plain
 smaller :class:`~edgenlp.models.encoder.EncoderClassifier`. :func:`prune` runs
 both and reports; ``edgenlp prune`` is its CLI.
+
+The names below load on first use: importing the package (e.g. to read a
+recipe's prune step) does not import torch.
 """
 
-from edgenlp.prune.api import PruneResult, prune
-from edgenlp.prune.config import PruneConfig
-from edgenlp.prune.masks import Gates, LayerMask, MaskDict, MaskError, masked_forward
-from edgenlp.prune.surgery import apply_masks
+from __future__ import annotations
 
-__all__ = ["Gates", "LayerMask", "MaskDict", "MaskError", "PruneConfig", "PruneResult", "apply_masks", "masked_forward",
-           "prune"]
+import importlib
+
+_EXPORTS = {
+    "PruneResult": "api", "prune": "api", "PruneConfig": "config",
+    "Gates": "masks", "LayerMask": "masks", "MaskDict": "masks", "MaskError": "masks", "masked_forward": "masks",
+    "apply_masks": "surgery",
+}  # fmt: skip
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

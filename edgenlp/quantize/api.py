@@ -1,185 +1,99 @@
-"""``quantize``: model -> quantized, verified bundle, with mixed precision and an accuracy guard.
+"""``quantize_model``: a model transform, model -> quantized model (torchao style).
 
->>> from edgenlp.quantize.api import quantize                                   # doctest: +SKIP
->>> res = quantize(model, info, "out/q", QuantizeConfig(scheme="int8", embeddings="int8", max_drop=1.0), task=data)
->>> res.config.layer_bits[:2], res.report["guard"]["final_drop"]
+>>> qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8"))  # doctest: +SKIP
+>>> qmodel.quantization.bits["layers.0.query"]                                                     # doctest: +SKIP
+8
 
-1. ``scheme="mixed"`` without explicit ``layer_bits``: per-linear sensitivity on
-   calibration sentences from the training split, then bits per linear
-   (fp32 / int8 / int4) meeting ``size_mb`` with the least predicted loss
-   (:mod:`edgenlp.quantize.sensitivity`). Even all-int4 over budget: error, nothing written.
-2. Export (:func:`edgenlp.export.api.export_bundle` with the ``quantize`` step):
-   lowered, quantized, parity-checked.
-3. Accuracy guard (``max_drop``): dev accuracy through the lowered ExecuTorch
-   bundle vs the fp32 eager model; above the limit, the most sensitive
-   quantized linears move one precision up (1, 2, 4, ... at a time) and the
-   bundle is rebuilt, within ``size_mb``. If no move is left: error, nothing written.
+The result is a copy of the model whose linears (and word embeddings, when
+asked) hold torchao quantized tensors: it runs eagerly as the exact reference
+of the lowered kernels (dynamic per-token int8 activations, per-channel int8
+or group-wise int4 weights), and ``torch.export`` lowers it to XNNPACK's
+quantized kernels. With ``trim_vocab`` the word table first keeps only the
+tokens of the task's training data.
 
-The bundle gets ``quantize.json`` (this report) and the final per-layer bits in
-its recipe.
+What was done travels with the model as ``model.quantization``
+(:class:`Quantization`: resolved per-layer bits, fallbacks, kept token ids,
+the fp32 source) and in ``info.recipe`` as a ``quantize`` step. This package
+knows nothing of lowering: :func:`edgenlp.export.api.export_bundle` lowers
+whatever model it is given and reads ``model.quantization`` for what the
+bundle must record; the accuracy guard, which lowers and evaluates, is
+:func:`edgenlp.compress.guard.quantize_bundle`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.quantize.config import QuantizeConfig
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_SENTENCES = 64
-REPORT = "quantize.json"
+
+@dataclass(frozen=True)
+class Quantization:
+    """What :func:`quantize_model` did, attached to the quantized model as ``model.quantization``."""
+
+    config: QuantizeConfig  # every linear listed in layer_bits
+    bits: dict[str, int]
+    fallbacks: tuple[str, ...]
+    remap: Any  # edgenlp.models.vocab.IdRemap of a trimmed vocabulary, else None
+    weight_bytes: int
+    source: Any = dataclasses.field(repr=False)  # the fp32 model (trimmed when asked): ONNX lowering and fp32 parity
 
 
-from edgenlp.quantize.sensitivity import QuantizeError  # noqa: E402  (re-exported)
+def trimmed(model, config: QuantizeConfig, *, tokenizer=None, task=None):
+    """``(model, IdRemap | None)``: ``model`` with its word table trimmed to ``task``'s tokens when ``config.trim_vocab``."""
+    if not config.trim_vocab:
+        return model, None
+    from edgenlp.models.vocab import IdRemap, kept_token_ids
+    from edgenlp.quantize.vocab import trim_model
+
+    if task is None or tokenizer is None:
+        raise EdgeNLPError("--trim-vocab needs --task: the training data decides which tokens are kept")
+    if model.shape.vocab_size != len(tokenizer):
+        raise EdgeNLPError(f"cannot trim: the model has {model.shape.vocab_size} token rows, its vocabulary {len(tokenizer)}")
+    kept = kept_token_ids(tokenizer, task.train.texts)
+    log.info("vocabulary trimmed to the %d tokens of %s's training data (+ specials)", len(kept), task.name)
+    return trim_model(model, kept), IdRemap(kept, source_vocab_size=len(tokenizer), unk_old_id=tokenizer.unk_token_id)
 
 
-@dataclass
-class QuantizeResult:
-    bundle: object  # edgenlp.bundle.Bundle
-    config: QuantizeConfig  # final, every linear listed
-    report: dict
+def quantize_model(model, info, config: QuantizeConfig, *, task=None, tokenizer=None):
+    """``(quantized model, info)``: ``model`` quantized as ``config`` says, ``info.recipe`` extended.
 
-
-def _fp32_accuracy(model, tokenizer, split, *, max_len: int) -> float:
-    import numpy as np
-    import torch
-
-    from edgenlp.metrics import accuracy
-    from edgenlp.models.tokenizer import encode
-
-    preds = []
-    with torch.no_grad():
-        for i in range(0, len(split), 64):
-            ids, mask = encode(tokenizer, split.texts[i : i + 64], max_len=max_len)
-            preds.append(model(torch.from_numpy(ids), torch.from_numpy(mask)).argmax(-1).numpy())
-    return float(accuracy(np.concatenate(preds).tolist(), split.label_ids(model.labels)))
-
-
-def _bundle_accuracy(path: Path, split) -> float:
-    from edgenlp.run.base import get_runner
-    from edgenlp.run.evaluate import evaluate_split
-
-    with get_runner(path, runtime="executorch") as runner:
-        return float(evaluate_split(runner, split)["accuracy"])
-
-
-def quantize(model, info, out_dir, config: QuantizeConfig, *, task, export_config=None, guard_limit: int | None = None,
-             progress: bool = True, annotations: dict | None = None) -> QuantizeResult:
-    """Quantize ``model`` into a verified bundle at ``out_dir`` (see the module docstring).
-
-    ``guard_limit`` caps the dev sentences the guard evaluates (default: the whole dev split);
-    ``annotations`` are extra manifest keys (see :func:`edgenlp.export.api.export_bundle`).
-    Raises :class:`QuantizeError` when ``size_mb`` or ``max_drop`` cannot be met; nothing is written then.
+    ``task`` (training texts) and ``tokenizer`` are needed for ``trim_vocab``;
+    ``tokenizer`` defaults to the one ``info`` names. ``model`` is not changed.
+    Raises :class:`EdgeNLPError` for ``layer_bits`` naming a linear the model
+    lacks and for trimming without a task.
     """
-    from rich.progress import Progress
-
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.models.tokenizer import build_tokenizer
-    from edgenlp.bundle import Bundle, finalize_manifest
-    from edgenlp.quantize.export import plan_quantized_export
-    from edgenlp.quantize.schemes import weight_bytes
-    from edgenlp.quantize.sensitivity import STEPS, allocate_bits, calibration_batch, layer_sensitivity
+    from edgenlp.quantize.schemes import fake_quantize, resolve_bits, weight_bytes
     from edgenlp.recipe import Step
 
-    if task is None:
-        raise EdgeNLPError("quantize needs --task (calibration sentences, vocabulary trimming, the accuracy guard)")
-    export_config = export_config or ExportConfig()
-    model = model.eval()
-    tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
-    out_dir = Path(out_dir)
-    report: dict = {"config": config.to_dict()}
+    if config.trim_vocab and tokenizer is None:
+        from edgenlp.models.tokenizer import build_tokenizer
 
-    # Work on the model the bundle will hold (trimmed when asked) so names, sizes and sensitivity agree.
-    work_model, _, plan = plan_quantized_export(model, Step("quantize", config), tokenizer=tokenizer, task=task)
-    calib = calibration_batch(tokenizer, task.train.sample(CALIBRATION_SENTENCES, seed=0).texts,
-                              max_len=export_config.max_seq_len, id_map=plan.id_map)
-    budget = int(config.size_mb * 1e6) if config.size_mb is not None else None
-    sensitivity = None
-    needs_sens = (config.scheme == "mixed" and not config.layer_bits) or config.max_drop is not None
-    if needs_sens:
-        from edgenlp.quantize.schemes import linear_names
-
-        with Progress(disable=not progress, transient=True) as bar:
-            t = bar.add_task("sensitivity per linear", total=len(linear_names(work_model)))
-            sensitivity = layer_sensitivity(work_model, config, calib, progress=lambda: bar.advance(t))
-        report["sensitivity_kl"] = {n: {str(b): v for b, v in s.items()} for n, s in sensitivity.items()}
-    if config.scheme == "mixed" and not config.layer_bits:
-        bits = allocate_bits(work_model, config, sensitivity, budget_bytes=budget)
-    else:
-        bits = dict(plan.bits)
-    size = weight_bytes(work_model, bits, group_size=config.group_size, embeddings=config.embeddings)
-    if budget is not None and size > budget:
-        raise QuantizeError(f"--size-mb {config.size_mb} cannot be met: {config.scheme} weights take {size / 1e6:.2f} MB")
-
-    dev = task.dev.head(guard_limit)
-    fp32_acc = _fp32_accuracy(model, tokenizer, dev, max_len=export_config.max_seq_len) if config.max_drop is not None else None
-    history = []
-    work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.quantize-", dir=out_dir.parent if out_dir.parent.exists() else None))
+        tokenizer = build_tokenizer(info.vocab_file, info.tokenizer)
+    source, remap = trimmed(model.eval(), config, tokenizer=tokenizer, task=task)
     try:
-        attempt, raise_count = 0, 1
-        while True:
-            cfg = dataclasses.replace(config, layer_bits=tuple(bits.items()))
-            path = work / f"attempt{attempt}"
-            bundle = export_bundle(model, info, path, config=export_config, task=task, recipe=(Step("quantize", cfg),),
-                                   annotations=annotations)
-            entry = {"bits": dict(bits), "predicted_weight_bytes": weight_bytes(work_model, bits, group_size=config.group_size,
-                                                                                  embeddings=config.embeddings),
-                     "pte_bytes": bundle.manifest["sizes"].get("model.pte")}
-            if config.max_drop is None:
-                history.append(entry)
-                break
-            acc = _bundle_accuracy(path, dev)
-            entry.update(accuracy=acc, drop_points=round(100 * (fp32_acc - acc), 3))
-            history.append(entry)
-            log.info("guard: attempt %d accuracy %.4f (fp32 %.4f), drop %.2f points", attempt, acc, fp32_acc, entry["drop_points"])
-            if entry["drop_points"] <= config.max_drop:
-                break
-            # Move the most sensitive quantized linears one precision up, within the size budget.
-            ranked = sorted((n for n, b in bits.items() if b in STEPS),
-                            key=lambda n: -sensitivity[n].get(bits[n], 0.0))
-            moved = 0
-            for n in ranked:
-                up = STEPS[bits[n]]
-                trial = {**bits, n: up}
-                if budget is not None and weight_bytes(work_model, trial, group_size=config.group_size,
-                                                       embeddings=config.embeddings) > budget:
-                    continue
-                bits = trial
-                moved += 1
-                if moved >= raise_count:
-                    break
-            if not moved:
-                raise QuantizeError(
-                    f"accuracy guard: dev accuracy drops {entry['drop_points']:.2f} points (> --max-drop {config.max_drop}) "
-                    f"and no linear can move to a higher precision{' within --size-mb' if budget else ''}; nothing written"
-                )
-            raise_count *= 2
-            attempt += 1
-        report.update(fp32_accuracy=fp32_acc, guard={"max_drop": config.max_drop, "attempts": history,
-                                                     "final_drop": history[-1].get("drop_points")},
-                      final_bits=dict(bits), fallbacks=list(plan.fallbacks))
-        # Record the guard in the bundle's recipe step and add quantize.json, then move into place.
-        manifest = dict(bundle.manifest)
-        for step in manifest["applied"]:
-            if step["step"] == "quantize":
-                step["result"].update(fp32_accuracy=fp32_acc, accuracy=history[-1].get("accuracy"),
-                                      drop_points=history[-1].get("drop_points"), guard_attempts=len(history))
-        (path / REPORT).write_text(json.dumps(report, indent=2) + "\n")
-        finalize_manifest(path, manifest)
-        from edgenlp.utils import atomic_dir
+        bits, fallbacks = resolve_bits(source, config)
+    except ValueError as exc:
+        raise EdgeNLPError(str(exc)) from None
+    for f in fallbacks:
+        log.warning("int4 fallback: %s", f)
+    resolved = dataclasses.replace(config, layer_bits=tuple(bits.items()))
+    nbytes = weight_bytes(source, bits, group_size=config.group_size, embeddings=config.embeddings)
+    result: dict = {"fallbacks": list(fallbacks), "predicted_weight_bytes": nbytes}
+    if remap is not None:
+        result["kept_tokens"] = len(remap)
+    quantized = fake_quantize(source, resolved)
+    quantized.quantization = Quantization(resolved, dict(bits), tuple(fallbacks), remap, nbytes, source)
+    new_info = dataclasses.replace(info, shape=quantized.shape, recipe=(*info.recipe, Step("quantize", resolved, result)))
+    return quantized, new_info
 
-        with atomic_dir(out_dir) as tmp:
-            tmp.rmdir()
-            shutil.move(str(path), str(tmp))
-        final = Bundle.open(out_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return QuantizeResult(final, final.recipe[[s.type for s in final.recipe].index("quantize")].config, report)
+
+def quantization_of(model) -> Quantization | None:
+    """The :class:`Quantization` a model carries, or None for a model :func:`quantize_model` did not make."""
+    return getattr(model, "quantization", None)

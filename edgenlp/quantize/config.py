@@ -97,15 +97,18 @@ class QuantizeConfig(Config):
     # ------------------------------------------------------------------ recipe hooks
 
     def parity_policy(self) -> ParityPolicy:
-        """Lowered program vs the fake-quantized eager model (lowering error), fp32 reported alongside."""
-        from edgenlp.quantize.schemes import fake_quantize
+        """Lowered program vs the quantized eager model (lowering error), fp32 reported alongside.
 
+        The model being lowered is :func:`edgenlp.quantize.api.quantize_model`'s
+        output: it runs eagerly as the reference, and ``model.quantization.source``
+        is the fp32 model it came from.
+        """
         low = self.lowest_bits
         return ParityPolicy(
             name=f"quantized-{self.scheme}" + (f"+emb-{self.embeddings}" if self.embeddings else ""),
             tolerance=LOWERING_TOLERANCE[8 if low >= 8 else 4],
-            reference=lambda model: fake_quantize(model, self),
             compare_fp32=True,
+            fp32_reference=lambda model: model.quantization.source,
             runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if low >= 8 else 4]),),
             relative=True,
             quant_error_fraction=LOWERING_QUANT_ERROR_FRACTION,

@@ -92,6 +92,11 @@ def library_path() -> Path:
     return REPO / "runtime" / "build" / host_arch() / "libedgenlp.so"
 
 
+def native_available() -> bool:
+    """Whether the native runtime is built for this host (the runners that need it can be offered)."""
+    return library_path().is_file()
+
+
 def load_library() -> ctypes.CDLL:
     """Load libedgenlp once per process and declare its signatures.
 

@@ -142,7 +142,7 @@ def lower_quantized_pte(model, precision: str, seq_lens: tuple[int, ...], out: P
     if out.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()) == key:
         return out
     cfg = QuantizeConfig(scheme=precision)
-    res = to_pte(model, buckets=tuple(key["seq_lens"]), transform=lambda m: fake_quantize(m, cfg, inplace=True))
+    res = to_pte(fake_quantize(model, cfg), buckets=tuple(key["seq_lens"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_bytes(res.buffer)

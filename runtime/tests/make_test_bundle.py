@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--vocab", type=Path, default=MINILM_VOCAB)
-    from edgenlp.cli_types import parse_int_list
+    from edgenlp.cli.types import parse_int_list
 
     ap.add_argument("--buckets", type=parse_int_list, default="32,128", help="comma-separated sequence-length buckets")
     ap.add_argument("--max-seq-len", type=int, default=128)

@@ -16,6 +16,7 @@ from edgenlp.bundle import Bundle, finalize_manifest
 from edgenlp.errors import BundleError, EdgeNLPError
 from edgenlp.export.api import ExportConfig, export_bundle
 from edgenlp.export.graph import example_inputs
+from edgenlp.quantize.api import quantize_model
 from edgenlp.quantize.config import QuantizeConfig
 from edgenlp.quantize.schemes import fake_quantize, linear_names, resolve_bits, weight_bytes
 from edgenlp.recipe import Step, parity_policy, recipe_from_list, recipe_to_list
@@ -113,7 +114,7 @@ def int8_bundle(tmp_path_factory, task):
     model, info = tiny_model()
     out = tmp_path_factory.mktemp("q") / "int8"
     cfg = ExportConfig(max_seq_len=32, buckets=(16, 32), parity_samples=8)
-    export_bundle(model, info, out, task=task, config=cfg, recipe=(Step("quantize", QuantizeConfig(scheme="int8", embeddings="int8")),))
+    export_bundle(*quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8")), out, task=task, config=cfg)
     return out
 
 
@@ -126,7 +127,7 @@ def mixed_trimmed_bundle(tmp_path_factory, task):
     model, info = tiny_model()
     out = tmp_path_factory.mktemp("q") / "mixed"
     qcfg = QuantizeConfig(scheme="mixed", layer_bits=MIXED_BITS, embeddings="int4", trim_vocab=True)
-    export_bundle(model, info, out, task=task, config=EXPORT, recipe=(Step("quantize", qcfg),))
+    export_bundle(*quantize_model(model, info, qcfg, task=task), out, task=task, config=EXPORT)
     return out
 
 
@@ -242,10 +243,10 @@ def boundary_task(tmp_path_factory):
 
 
 def test_guard_raises_precision_until_the_drop_limit_holds(boundary_task, tmp_path):
-    from edgenlp.quantize.api import quantize
+    from edgenlp.compress.guard import quantize_bundle
 
     model, info = tiny_model()
-    res = quantize(model, info, tmp_path / "g", QuantizeConfig(scheme="int4", embeddings=None, max_drop=0.0),
+    res = quantize_bundle(model, info, tmp_path / "g", QuantizeConfig(scheme="int4", embeddings=None, max_drop=0.0),
                    task=boundary_task, export_config=ExportConfig(formats=("pte",), max_seq_len=32, buckets=(32,)), progress=False)
     attempts = res.report["guard"]["attempts"]
     assert attempts[0]["drop_points"] > 0, "precondition: int4 flips a boundary prediction"
@@ -256,11 +257,11 @@ def test_guard_raises_precision_until_the_drop_limit_holds(boundary_task, tmp_pa
 
 
 def test_impossible_size_budget_writes_nothing(task, tmp_path):
-    from edgenlp.quantize.api import QuantizeError, quantize
+    from edgenlp.compress.guard import QuantizeError, quantize_bundle
 
     model, info = tiny_model()
     with pytest.raises(QuantizeError, match="cannot be met"):
-        quantize(model, info, tmp_path / "never", QuantizeConfig(scheme="mixed", size_mb=0.1), task=task,
+        quantize_bundle(model, info, tmp_path / "never", QuantizeConfig(scheme="mixed", size_mb=0.1), task=task,
                  export_config=EXPORT, progress=False)
     assert not (tmp_path / "never").exists() and not list(tmp_path.iterdir())
 
@@ -304,5 +305,4 @@ def test_inspect_shows_per_layer_bits(mixed_trimmed_bundle):
 def test_trim_vocab_needs_a_task():
     model, info = tiny_model()
     with pytest.raises(EdgeNLPError, match="needs --task"):
-        export_bundle(model, info, "/nonexistent/x", config=EXPORT,
-                      recipe=(Step("quantize", QuantizeConfig(trim_vocab=True)),))
+        quantize_model(model, info, QuantizeConfig(trim_vocab=True))

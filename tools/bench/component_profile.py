@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "tools" / "bench" / "results"
 
-from edgenlp.cli_types import parse_int_list  # noqa: E402
+from edgenlp.cli.types import parse_int_list  # noqa: E402
 
 log = logging.getLogger("bench.profile")
 

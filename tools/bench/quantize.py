@@ -120,7 +120,7 @@ def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) ->
     from edgenlp.data.tasks import load_task
     from edgenlp.export.api import ExportConfig, export_bundle
     from edgenlp.models.registry import load_model
-    from edgenlp.quantize.api import quantize
+    from edgenlp.compress.guard import quantize_bundle
     from edgenlp.quantize.config import QuantizeConfig
     from edgenlp.quantize.sensitivity import QuantizeError
 
@@ -142,7 +142,7 @@ def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) ->
             export_bundle(model, info, path, config=ecfg, task=data)
         else:
             try:
-                quantize(model, info, path, QuantizeConfig(**kw), task=data, export_config=ecfg, progress=False)
+                quantize_bundle(model, info, path, QuantizeConfig(**kw), task=data, export_config=ecfg, progress=False)
             except QuantizeError as exc:  # a budget the scheme cannot meet is a result, not a crash
                 log.warning("%s/%s: %s", task_name, name, exc)
                 skipped[name] = str(exc)

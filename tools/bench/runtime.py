@@ -281,7 +281,7 @@ def cold_start(run: Path, bundle: Path, *, runs: int, has_onnx: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from edgenlp.cli_types import parse_int_list
+    from edgenlp.cli.types import parse_int_list
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--worker":

@@ -1,4 +1,4 @@
-"""ONNX Runtime's own quantization of a bundle's ONNX model, per linear.
+"""Lowering a quantized model to ONNX: ONNX Runtime's own quantization of the exported graph, per linear.
 
 - 8-bit linears: ``onnxruntime.quantization.quantize_dynamic`` with per-channel
   int8 weights (``DynamicQuantizeLinear`` + ``MatMulInteger``; per-tensor

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from edgenlp.cli_types import IntList
+from edgenlp.cli.types import IntList
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +70,12 @@ def resolve_model_arg(model: str) -> str:
 def run_quantize(model, *, task, data_dir, qcfg, export_config, seed, out_dir, guard_limit=None):
     from edgenlp.data.tasks import load_task
     from edgenlp.models.registry import load_model
-    from edgenlp.quantize.api import quantize
+    from edgenlp.compress.guard import quantize_bundle
 
     data = load_task(task, data_dir=data_dir)
     m, info = load_model(resolve_model_arg(model), labels=data.labels, seed=seed)
     t0 = time.perf_counter()
-    res = quantize(m, info, out_dir, qcfg, task=data, export_config=export_config, guard_limit=guard_limit)
+    res = quantize_bundle(m, info, out_dir, qcfg, task=data, export_config=export_config, guard_limit=guard_limit)
     man = res.bundle.manifest
     click.echo(f"wrote {res.bundle.path} in {time.perf_counter() - t0:.1f}s")
     for name, size in man["sizes"].items():

@@ -8,13 +8,13 @@ import time
 
 import click
 
-from edgenlp.cli_types import IntList
+from edgenlp.cli.types import IntList
 
 log = logging.getLogger(__name__)
 
 
 def _quant_options(f):
-    from edgenlp.quantize.cli import quant_options
+    from edgenlp.cli.quantize import quant_options
 
     return quant_options(prefix="quant-")(f)
 
@@ -63,7 +63,7 @@ def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, ou
     if scheme is None and (embeddings or trim_vocab or size_mb is not None or max_drop is not None):
         raise EdgeNLPError("--quant-embeddings, --trim-vocab, --size-mb and --max-drop need --quant int8|int4|mixed")
     if scheme is not None:
-        from edgenlp.quantize.cli import build_config, run_quantize
+        from edgenlp.cli.quantize import build_config, run_quantize
 
         if not task:
             raise EdgeNLPError("--quant needs --task (calibration, vocabulary trimming and the accuracy guard use it)")
@@ -116,7 +116,7 @@ def inspect_cmd(bundle, as_json):
     click.echo(f"  applied  {' -> '.join(step.get('step', '?') for step in m.get('applied', []))}")
     q = m.get("quantization")
     if q:
-        from edgenlp.quantize.cli import bits_summary
+        from edgenlp.cli.quantize import bits_summary
 
         click.echo(f"  quant    {q['scheme']}: {bits_summary(q['linears'])}; int4 group {q['group_size']}; "
                    f"embeddings {q.get('embeddings') or 'fp32'}" + (f"; vocabulary trimmed to {q['kept_tokens']} tokens" if q.get("kept_tokens") else ""))

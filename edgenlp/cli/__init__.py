@@ -1,7 +1,7 @@
 """The ``edgenlp`` command line.
 
-Each verb lives next to the code it drives (``edgenlp/<area>/cli.py``) and is
-imported only when invoked, so ``edgenlp --help`` stays fast. To add a verb,
+Each verb is a module of this package (``edgenlp/cli/<verb>.py``) that parses
+options and calls one API function; it is imported only when invoked, so ``edgenlp --help`` stays fast. To add a verb,
 add one line to :data:`COMMANDS`.
 """
 
@@ -19,20 +19,20 @@ from edgenlp.errors import EdgeNLPError, ExitCode
 
 # verb -> ("module", "attribute", "one-line help shown by `edgenlp --help`")
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "models": ("edgenlp.models.cli", "models_cmd", "List the known models and their shapes."),
-    "tasks": ("edgenlp.data.cli", "tasks_cmd", "List the built-in tasks and where their data lives."),
-    "export": ("edgenlp.export.cli", "export_cmd", "Lower a model to an ExecuTorch/ONNX bundle."),
-    "run": ("edgenlp.run.cli", "run_cmd", "Classify texts with a bundle."),
-    "eval": ("edgenlp.run.cli", "eval_cmd", "Measure a bundle's accuracy through its runtime."),
-    "inspect": ("edgenlp.export.cli", "inspect_cmd", "Verify a bundle and print its manifest."),
-    "quantize": ("edgenlp.quantize.cli", "quantize_cmd", "Quantize a model to an int8/int4/mixed bundle with an accuracy guard."),
-    "profile": ("edgenlp.profile.cli", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
-    "finetune": ("edgenlp.finetune.cli", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
-    "prune": ("edgenlp.prune.cli", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
-    "tokenize": ("edgenlp.run.tokenize_cli", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
-    "targets": ("edgenlp.targets.cli", "targets_cmd", "Device targets: list, show, calibrate the cost model."),
-    "demo": ("edgenlp.pipeline", "demo_cmd", "Fine-tune, export, evaluate (default MiniLM + SST-2), no compression."),
-    "compress": ("edgenlp.compress.cli", "compress_cmd", "The main job: fine-tune, prune, quantize, export, verify under a device budget."),
+    "models": ("edgenlp.cli.models", "models_cmd", "List the known models and their shapes."),
+    "tasks": ("edgenlp.cli.tasks", "tasks_cmd", "List the built-in tasks and where their data lives."),
+    "export": ("edgenlp.cli.export", "export_cmd", "Lower a model to an ExecuTorch/ONNX bundle."),
+    "run": ("edgenlp.cli.run", "run_cmd", "Classify texts with a bundle."),
+    "eval": ("edgenlp.cli.run", "eval_cmd", "Measure a bundle's accuracy through its runtime."),
+    "inspect": ("edgenlp.cli.export", "inspect_cmd", "Verify a bundle and print its manifest."),
+    "quantize": ("edgenlp.cli.quantize", "quantize_cmd", "Quantize a model to an int8/int4/mixed bundle with an accuracy guard."),
+    "profile": ("edgenlp.cli.profile", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
+    "finetune": ("edgenlp.cli.finetune", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
+    "prune": ("edgenlp.cli.prune", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
+    "tokenize": ("edgenlp.cli.tokenize", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
+    "targets": ("edgenlp.cli.targets", "targets_cmd", "Device targets: list, show, calibrate the cost model."),
+    "demo": ("edgenlp.cli.demo", "demo_cmd", "Fine-tune, export, evaluate (default MiniLM + SST-2), no compression."),
+    "compress": ("edgenlp.cli.compress", "compress_cmd", "The main job: fine-tune, prune, quantize, export, verify under a device budget."),
 }
 
 

@@ -6,7 +6,7 @@ import contextlib
 
 import click
 
-from edgenlp.cli_types import IntList
+from edgenlp.cli.types import IntList
 from edgenlp.errors import EdgeNLPError
 
 

@@ -3,24 +3,16 @@
 Everything is read from the model's modules (linear ``in/out_features``,
 ``num_heads``/``head_dim`` per layer, the storage hook of
 :mod:`edgenlp.profile.storage`), so the numbers follow pruning and
-quantization.
+quantization. The formulas applied to those dimensions are
+:mod:`edgenlp.models.arithmetic`'s, where the definitions are written out:
+FLOPs count matrix multiplications only (2 per multiply-add, as
+:class:`torch.utils.flop_counter.FlopCounterMode` does; the head runs on the
+[CLS] token only), activation bytes are the sizes of each component's outputs
+summed over layers, at the element size of the word embeddings.
 
-Definitions (``b`` batch, ``s`` sequence length, per layer ``h`` heads of
-``d``, hidden ``H``, FFN width ``F``, ``L`` labels):
-
-* FLOPs count matrix multiplications only, a multiply-add being 2 FLOPs, as
-  :class:`torch.utils.flop_counter.FlopCounterMode` does: linears
-  ``2·b·s·in·out`` (the head runs on the [CLS] token only: ``2·b·in·out``),
-  attention core ``2·(2·b·h·s²·d)`` for QKᵀ and AV. Gathers, adds, norms,
-  softmax and activations count 0.
-* Activation bytes are the sizes of each component's outputs, summed over
-  layers (traffic, not peak): embedding ``b·s·H``; QKV ``3·b·s·h·d``;
-  attention core the probabilities ``b·h·s²`` plus the context ``b·s·h·d``;
-  output projection ``b·s·H``; FFN ``b·s·F + b·s·H``; other the two norm
-  outputs per layer, pooler ``b·H`` and logits ``b·L``.
-* The classifier head (pooler + classifier) is in ``other``; the classic BERT
-  table counts the pooler in its total, and the classifier
-  (``H·L + L`` parameters) is the only thing that reference does not have.
+The classifier head (pooler + classifier) is in ``other``; the classic BERT
+table counts the pooler in its total, and the classifier (``H·L + L``
+parameters) is the only thing that reference does not have.
 """
 
 from __future__ import annotations
@@ -29,6 +21,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from edgenlp.models import arithmetic
+from edgenlp.models.encoder import EncoderShape
 from edgenlp.models.families import LAYER_LINEARS, LAYER_NORMS
 from edgenlp.profile.components import COMPONENTS, HEAD_PARTS, part_component
 from edgenlp.profile.storage import WeightStorage, describe_storage, subtree_storage
@@ -123,14 +117,13 @@ def analyze(model, *, seq_len: int, batch: int = 1) -> AnalyticProfile:
             row[comp].add_storage(subtree_storage(module))
             if part in LAYER_LINEARS:
                 fin, fout = _linear_dims(module)
-                row[comp].flops += 2 * b * s * fin * fout
-                if fin * fout:  # a pruned-away linear (0 heads / 0 FFN width) does not run
-                    row[comp].activation_bytes += b * s * fout * act
+                row[comp].flops += arithmetic.linear_flops(fin, fout, tokens=b * s)
+                row[comp].activation_bytes += arithmetic.linear_activations(fin, fout, tokens=b * s) * act
             else:
                 row[comp].activation_bytes += b * s * hidden * act
         h, d = int(layer.num_heads), int(layer.head_dim)
-        row["attn_core"].flops += 2 * (2 * b * h * s * s * d)
-        row["attn_core"].activation_bytes += (b * h * s * s + b * s * h * d) * act if h else 0
+        row["attn_core"].flops += arithmetic.attention_flops(h, d, seq_len=s, batch=b)
+        row["attn_core"].activation_bytes += arithmetic.attention_activations(h, d, seq_len=s, batch=b) * act
         for c, counts in row.items():
             comps[c].add(counts)
         layers.append(row)
@@ -142,8 +135,8 @@ def analyze(model, *, seq_len: int, batch: int = 1) -> AnalyticProfile:
         seen.update(id(m) for m in module.modules())
         head.add_storage(subtree_storage(module))
         fin, fout = _linear_dims(module)
-        head.flops += 2 * b * fin * fout
-        head.activation_bytes += b * fout * act
+        head.flops += arithmetic.linear_flops(fin, fout, tokens=b)
+        head.activation_bytes += arithmetic.linear_activations(fin, fout, tokens=b) * act
     comps["other"].add(head)
 
     # anything the canonical parts did not reach (a future adapter, a buffer) goes to `other`
@@ -157,17 +150,18 @@ def analyze(model, *, seq_len: int, batch: int = 1) -> AnalyticProfile:
 
 def closed_form_bert(*, num_layers: int, hidden: int, ffn: int, vocab_size: int, max_positions: int,
                      type_vocab_size: int, seq_len: int, batch: int = 1) -> dict[str, dict[str, int]]:
-    """The reference BERT table's closed forms (params with pooler, FLOPs of matmuls), per component."""
-    H, F, s, b, n = hidden, ffn, seq_len, batch, num_layers
-    lin = lambda i, o: i * o + o  # noqa: E731
-    return {
-        "embedding": {"params": (vocab_size + max_positions + type_vocab_size) * H + 2 * H, "flops": 0},
-        "attn_qkv": {"params": n * 3 * lin(H, H), "flops": n * 3 * 2 * b * s * H * H},
-        "attn_core": {"params": 0, "flops": n * 4 * b * s * s * H},
-        "attn_out": {"params": n * lin(H, H), "flops": n * 2 * b * s * H * H},
-        "ffn": {"params": n * (lin(H, F) + lin(F, H)), "flops": n * 4 * b * s * H * F},
-        "norms_and_pooler": {"params": n * 4 * H + lin(H, H), "flops": 2 * b * H * H},
-    }
+    """The reference BERT table per component: params (with the pooler, no classifier) and FLOPs of matmuls.
+
+    :func:`edgenlp.models.arithmetic.component_params` / ``component_flops`` of
+    the uniform shape; the ``other`` row is ``norms_and_pooler``.
+    """
+    shape = EncoderShape(family="bert", vocab_size=vocab_size, hidden=hidden, heads=(1,) * num_layers, head_dim=hidden,
+                         ffn=(ffn,) * num_layers, max_positions=max_positions, type_vocab_size=type_vocab_size)  # fmt: skip
+    params = arithmetic.component_params(shape, num_labels=0)
+    flops = arithmetic.component_flops(shape, seq_len=seq_len, batch=batch, num_labels=0)
+    rows = {c: {"params": params[c], "flops": flops[c]} for c in arithmetic.COMPONENTS if c != "other"}
+    rows["norms_and_pooler"] = {"params": params["other"], "flops": flops["other"]}
+    return rows
 
 
 def count_flops_torch(model, inputs: tuple[torch.Tensor, ...]) -> int:

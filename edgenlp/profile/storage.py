@@ -8,9 +8,10 @@ order:
    (or a dict with its fields) for the module's own parameters;
 2. a ``weight_bytes()`` method returning an int (format from a
    ``storage_format`` attribute, else ``"custom"``);
-3. a :class:`StorageMarker` set with :func:`mark_storage` — "these weights ship
-   as int8/int4 (per channel or per group)": the way a bundle's applied
-   quantization step is reported for an fp32 module tree;
+3. a :class:`~edgenlp.models.arithmetic.StorageMarker` set with
+   :func:`mark_storage` — "these weights ship as int8/int4 (per channel or per
+   group)", sized by :func:`edgenlp.models.arithmetic.weight_bytes`: the way a
+   bundle's applied quantization step is reported for an fp32 module tree;
 4. ``torch.ao`` dynamically quantized linears (packed int8 weights + scales);
 5. otherwise the module's own tensors: dense tensors count ``numel *
    element_size``, tensor subclasses (torchao quantized tensors, semi-structured
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from edgenlp.models.arithmetic import StorageMarker  # defined with the byte arithmetic; still importable from here
+
 MARKER_ATTR = "_edgenlp_storage"
 
 
@@ -43,27 +46,6 @@ class WeightStorage:
     def __post_init__(self) -> None:
         if self.params < 0 or self.bytes < 0:
             raise ValueError(f"params and bytes must be >= 0, got {self.params}, {self.bytes}")
-
-
-@dataclass(frozen=True)
-class StorageMarker:
-    """Weights stored as ``bits``-bit integers with an fp32 scale per output channel (``group_size=None``) or per group."""
-
-    bits: int
-    group_size: int | None = None
-    scale_bytes: int = 4
-
-    def __post_init__(self) -> None:
-        if self.bits not in (2, 4, 8, 16):
-            raise ValueError(f"bits must be one of 2, 4, 8, 16, got {self.bits}")
-        if self.group_size is not None and self.group_size <= 0:
-            raise ValueError(f"group_size must be positive or None, got {self.group_size}")
-        if self.scale_bytes <= 0:
-            raise ValueError(f"scale_bytes must be positive, got {self.scale_bytes}")
-
-    @property
-    def format(self) -> str:
-        return f"int{self.bits}" + (f"-g{self.group_size}" if self.group_size else "")
 
 
 def mark_storage(module: nn.Module, marker: StorageMarker) -> nn.Module:
@@ -132,9 +114,7 @@ def describe_storage(module: nn.Module) -> WeightStorage:
         nbytes = 0
         for name, t in own:
             if name == "weight" and t.dim() >= 2:
-                nbytes += math.ceil(t.numel() * marker.bits / 8)
-                groups = t.shape[0] if marker.group_size is None else t.shape[0] * math.ceil(t[0].numel() / marker.group_size)
-                nbytes += groups * marker.scale_bytes
+                nbytes += marker.weight_bytes(t.shape[0], math.prod(t.shape[1:]))
             elif isinstance(t, nn.Parameter):
                 nbytes += t.numel() * 4
         return WeightStorage(marker.format, params, nbytes)

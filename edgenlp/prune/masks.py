@@ -24,11 +24,12 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from edgenlp.errors import EdgeNLPError
+from edgenlp.models.arithmetic import encoder_flops, encoder_params, total_params  # also imported from here (prune.common)
 from edgenlp.models.encoder import EncoderClassifier, EncoderShape
 
 MASK_VERSION = 1
@@ -41,41 +42,12 @@ class MaskError(EdgeNLPError):
 # --------------------------------------------------------------------------- sizes
 
 
-def encoder_params(hidden, head_dim: int, heads: Sequence, ffn: Sequence):
-    """Parameters of the transformer layers (linears + layer norms; no embeddings or head).
-
-    Works on ints and on float tensors alike (CoFi's expected size is this
-    function of the expected number of kept units).
-    """
-    total = 0
-    for h, f in zip(heads, ffn):
-        inner = h * head_dim
-        total = total + 3 * (hidden * inner + inner) + (inner * hidden + hidden)  # Q, K, V, out
-        total = total + (hidden * f + f) + (f * hidden + hidden)  # FFN in, out
-        total = total + 4 * hidden  # two layer norms
-    return total
-
-
-def encoder_flops(hidden, head_dim: int, heads: Sequence, ffn: Sequence, *, seq_len: int):
-    """Multiply-add FLOPs (2 per MAC) of the transformer layers for one sequence of ``seq_len`` tokens."""
-    s = seq_len
-    total = 0
-    for h, f in zip(heads, ffn):
-        inner = h * head_dim
-        total = total + 2 * (4 * s * hidden * inner + 2 * s * s * inner + 2 * s * hidden * f)
-    return total
-
-
-def total_params(shape: EncoderShape, num_labels: int) -> int:
-    """Every parameter of an :class:`EncoderClassifier` of ``shape``."""
-    d, p = shape.hidden, shape.pooler_width
-    emb = (shape.vocab_size + shape.max_positions + shape.type_vocab_size) * d + 2 * d
-    head = d * p + p + p * num_labels + num_labels
-    return emb + encoder_params(d, shape.head_dim, shape.heads, shape.ffn) + head
-
-
 def size_report(original: EncoderShape, pruned: EncoderShape, *, num_labels: int, seq_len: int) -> dict:
-    """Sizes of both shapes and the achieved sparsity (fraction removed) in each measure."""
+    """Sizes of both shapes and the achieved sparsity (fraction removed) in each measure.
+
+    The counts are :mod:`edgenlp.models.arithmetic`'s (encoder params, every
+    parameter, encoder FLOPs for one sequence of ``seq_len`` tokens).
+    """
 
     def sizes(s: EncoderShape) -> dict:
         return {"encoder_params": int(encoder_params(s.hidden, s.head_dim, s.heads, s.ffn)),

@@ -116,7 +116,7 @@ class QuantizeConfig(Config):
 
     def weight_storage(self) -> dict:
         """``{module name: StorageMarker}`` for every quantized linear and the word embeddings."""
-        from edgenlp.profile.storage import StorageMarker
+        from edgenlp.models.arithmetic import StorageMarker
 
         out: dict = {}
         if not self.layer_bits:

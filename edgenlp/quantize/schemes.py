@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 
 import torch
 from torch import nn
 
+from edgenlp.models import arithmetic
 from edgenlp.models.families import LAYER_LINEARS
 
 log = logging.getLogger(__name__)
@@ -112,18 +112,19 @@ def fake_quantize(model, config, *, inplace: bool = False):
 
 
 def linear_bytes(out_features: int, in_features: int, bits: int, group_size: int) -> int:
-    """Stored bytes of one linear's weight + bias at ``bits`` (fp32 scales per channel or group)."""
-    if bits == 32:
-        w = out_features * in_features * 4
-    elif bits == 8:
-        w = out_features * in_features + out_features * 4
-    else:
-        w = math.ceil(out_features * in_features / 2) + out_features * math.ceil(in_features / group_size) * 4
-    return w + out_features * 4
+    """Stored bytes of one linear's weight + bias at ``bits`` (fp32 scales per channel or group).
+
+    :func:`edgenlp.models.arithmetic.linear_bytes` with this module's argument order.
+    """
+    return arithmetic.linear_bytes(in_features, out_features, bits, group_size=group_size)
 
 
 def weight_bytes(model, bits: dict[str, int], *, group_size: int, embeddings: str | None) -> int:
-    """Predicted weight bytes of ``model`` with linears at ``bits`` and the word table at ``embeddings``."""
+    """Predicted weight bytes of ``model`` with linears at ``bits`` and the word table at ``embeddings``.
+
+    Word embeddings quantize per row (one scale per token); every parameter
+    not listed stays at its own dtype.
+    """
     modules = dict(model.named_modules())
     total = 0
     counted = set()
@@ -133,8 +134,7 @@ def weight_bytes(model, bits: dict[str, int], *, group_size: int, embeddings: st
         counted.update((f"{name}.weight", f"{name}.bias"))
     word = modules[WORD_EMBEDDING].weight
     if embeddings:
-        eb = int(embeddings[3:])
-        total += math.ceil(word.numel() * eb / 8) + word.shape[0] * 4
+        total += arithmetic.weight_bytes(word.shape[0], word.shape[1], int(embeddings[3:]))
         counted.add(f"{WORD_EMBEDDING}.weight")
     for pname, p in model.named_parameters():
         if pname not in counted:

@@ -69,6 +69,35 @@ def test_bert_base_flops_closed_form_and_flop_counter(bert_base, seq_len):
     assert count_flops_torch(bert_base, (ids.to("meta"), mask.to("meta"))) == a.total.flops
 
 
+def test_closed_form_bert_by_hand():
+    """The reference closed forms, written out: n layers of hidden H, FFN F, at b x s tokens."""
+    n, H, F, V, P, T, s, b = 12, 768, 3072, 30522, 512, 2, 128, 2
+    ref = closed_form_bert(num_layers=n, hidden=H, ffn=F, vocab_size=V, max_positions=P, type_vocab_size=T, seq_len=s, batch=b)
+    assert ref == {
+        "embedding": {"params": (V + P + T) * H + 2 * H, "flops": 0},
+        "attn_qkv": {"params": n * 3 * (H * H + H), "flops": n * 3 * 2 * b * s * H * H},
+        "attn_core": {"params": 0, "flops": n * 4 * b * s * s * H},
+        "attn_out": {"params": n * (H * H + H), "flops": n * 2 * b * s * H * H},
+        "ffn": {"params": n * (H * F + F + F * H + H), "flops": n * 4 * b * s * H * F},
+        "norms_and_pooler": {"params": n * 4 * H + H * H + H, "flops": 2 * b * H * H},
+    }
+    assert sum(r["params"] for r in ref.values()) == BERT_BASE_TOTAL_WITH_POOLER
+
+
+def test_int4_markers_on_a_layer_without_heads():
+    """A pruned layer's Q/K/V weights have no rows: they store nothing (no scales), at any group size."""
+    model = uneven_model()  # layer 2 has 0 heads
+    for group in (32, 64):
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                mark_storage(m, StorageMarker(bits=4, group_size=group))
+        a = analyze(model, seq_len=8)
+        assert a.layers[2]["attn_qkv"].weight_bytes == 0 and a.layers[2]["attn_qkv"].params == 0
+        assert a.layers[2]["attn_out"].weight_bytes == 64 * 4  # the output bias (in_features 0: no weight, no groups)
+        q = model.layers[0].query  # 64 -> 32
+        assert describe_storage(q).bytes == 64 * 32 // 2 + 32 * (64 // group) * 4 + 32 * 4
+
+
 def test_attention_core_share_grows_with_sequence_length(bert_base):
     shares = []
     for seq in (32, 128, 512):

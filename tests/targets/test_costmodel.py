@@ -1,4 +1,9 @@
-"""Cost model on synthetic tables: the fit recovers known coefficients, predictions are monotone, transfer is labelled."""
+"""Cost model on synthetic tables: the fit recovers known coefficients, predictions are monotone, transfer is labelled.
+
+Expected features, sizes and latencies are worked out by hand from the shape
+(FLOPs also by ``FlopCounterMode``), not by ``features()``: the synthetic tables
+are generated with it, so a wrong feature shows up as a wrong prediction.
+"""
 
 from __future__ import annotations
 
@@ -19,20 +24,101 @@ def host():
     return load_target("host")
 
 
+def hand_features(shape, *, seq_len: int, num_labels: int = 2) -> dict[str, dict[str, float]]:
+    """fp32 features written out from their definitions (module docstring), for truth that does not come from ``features()``."""
+    s, H, d = seq_len, shape.hidden, shape.head_dim
+    rows: dict[str, dict[str, float]] = {}
+
+    def add(comp, **vals):
+        row = rows.setdefault(comp, {})
+        for k, v in vals.items():
+            row[k] = row.get(k, 0) + v
+
+    add("embedding", act=s * H, one=1)
+    for h, F in zip(shape.heads, shape.ffn):
+        A = h * d
+        if A:  # Q, K, V: H -> A each, out: A -> H; fp32 weights and biases, 4 bytes each
+            add("attn_qkv", flops=3 * 2 * s * H * A, wbytes=3 * 4 * (H * A + A), calls=3)
+            add("attn_out", flops=2 * s * A * H, wbytes=4 * (A * H + H), calls=1)
+            add("attn_core", flops=2 * s * s * d * h + 2 * s * s * d * h, probs=h * s * s, calls=1)  # QK^T and AV
+        if F:
+            add("ffn", flops=2 * s * H * F + 2 * s * F * H, wbytes=4 * (H * F + F) + 4 * (F * H + H), act=s * F, calls=2)
+        add("other", act=2 * s * H, calls=1)  # two norms per layer
+    add("other", flops=2 * H * H + 2 * H * num_labels)  # pooler and classifier on the [CLS] token
+    add("runtime_overhead", one=1, calls=shape.num_layers)
+    return rows
+
+
 def test_fit_recovers_unseen_shapes(synthetic_table, host):
     """Exact synthetic data: a shape outside the grid is predicted within 1% (the form interpolates)."""
     cm = CostModel(host, synthetic_table, host=host)
     unseen = tiny_shape((3, 2, 1), (200, 96, 160))
-    truth = CostTable(synthetic_observations(threads=(1,), seq_lens=(40,)), {})  # noqa: F841 - same generator, other shapes
     import costmodel_testing as conftest
 
     for t in (1, 2):
         pred = cm.predict(unseen, bits="fp32", seq_len=40, threads=t)
         exact = 0.0
-        for (comp, p), row in features(unseen, seq_len=40, bits="fp32").items():
-            exact += sum(conftest.TRUTH[p][f] * v * ((1 - conftest.PARALLEL[f]) + conftest.PARALLEL[f] / t) for f, v in row.items())
+        for row in hand_features(unseen, seq_len=40).values():
+            exact += sum(conftest.TRUTH["fp32"][f] * v * ((1 - conftest.PARALLEL[f]) + conftest.PARALLEL[f] / t) for f, v in row.items())
         assert pred.latency_ms == pytest.approx(exact, rel=0.01)
         assert pred.estimated is False  # host, measured precision and thread count
+
+
+@pytest.mark.parametrize("heads, ffn", [((3, 2, 1), (200, 96, 160)), ((4, 0, 2), (256, 64, 0)), ((1,), (0,))])
+def test_fp32_features_match_their_definitions(heads, ffn):
+    shape = tiny_shape(heads, ffn)
+    assert features(shape, seq_len=24, bits="fp32", num_labels=3) == {(c, "fp32"): row for c, row in hand_features(shape, seq_len=24,
+                                                                                                                   num_labels=3).items()}
+
+
+def test_mixed_precision_features_by_hand():
+    """Layer 0: 4 heads at int8, no FFN; layer 1: no heads, FFN 32 at int4 (hidden 64, head_dim 16, 10 tokens, 3 labels)."""
+    shape = tiny_shape((4, 0), (0, 32))
+    feats = features(shape, seq_len=10, bits=("int8", "int4"), num_labels=3)
+    int8_64x64 = 64 * 64 + 64 * 4 + 64 * 4  # int8 weight, a scale per output channel, fp32 bias
+    assert feats == {
+        ("embedding", "int4"): {"act": 10 * 64, "one": 1},  # int8 and int4 tie: the narrower one prices the rest
+        ("attn_qkv", "int8"): {"flops": 3 * 2 * 10 * 64 * 64, "wbytes": 3 * int8_64x64, "calls": 3},
+        ("attn_out", "int8"): {"flops": 2 * 10 * 64 * 64, "wbytes": int8_64x64, "calls": 1},
+        ("attn_core", "int4"): {"flops": 2 * 2 * 4 * 10 * 10 * 16, "probs": 4 * 10 * 10, "calls": 1},
+        # ffn_in 64 -> 32: 2 groups of 32 inputs per row; ffn_out 32 -> 64: one group per row
+        ("ffn", "int4"): {"flops": 2 * 2 * 10 * 64 * 32, "act": 10 * 32, "calls": 2,
+                          "wbytes": (64 * 32 // 2 + 32 * 2 * 4 + 32 * 4) + (32 * 64 // 2 + 64 * 1 * 4 + 64 * 4)},
+        ("other", "int4"): {"act": 2 * (2 * 10 * 64), "flops": 2 * 64 * 64 + 2 * 64 * 3, "calls": 2},
+        ("runtime_overhead", "int4"): {"one": 1, "calls": 2},
+    }  # fmt: skip
+    assert features(shape, seq_len=10, bits=("int8", "int4"), num_labels=3, group_size=64)[("ffn", "int4")]["wbytes"] == \
+        (64 * 32 // 2 + 32 * 1 * 4 + 32 * 4) + (32 * 64 // 2 + 64 * 1 * 4 + 64 * 4)
+
+
+def test_feature_flops_are_what_torch_counts():
+    """The FLOPs features of every component add up to FlopCounterMode's count of the real module (batch 1)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    shape = tiny_shape((3, 0, 2), (100, 64, 0))
+    model = EncoderClassifier(shape, 3).init_weights(seed=0).eval()
+    ids = torch.randint(0, shape.vocab_size, (1, 20))
+    counter = FlopCounterMode(display=False)
+    with torch.inference_mode(), counter:
+        model(ids, torch.ones_like(ids))
+    feats = features(shape, seq_len=20, bits="fp32", num_labels=3)
+    assert sum(row.get("flops", 0.0) for row in feats.values()) == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("group, total", [(32, 87_508), (64, 86_088)])
+def test_size_by_hand(group, total):
+    """int4 linears, int8 word embeddings: layer 0 has 4 heads and no FFN, layer 1 no heads and FFN 32 (vocab 500, hidden 64)."""
+    shape = tiny_shape((4, 0), (0, 32))
+
+    def int4(fin, fout):  # half a byte per weight, a fp32 scale per `group` inputs of each row, fp32 bias
+        return fin * fout // 2 + fout * -(-fin // group) * 4 + fout * 4
+
+    embeddings = (500 * 64 + 500 * 4) + 4 * (128 + 2) * 64 + 4 * 2 * 64  # int8 words + a scale per row; fp32 positions, types, norm
+    layer0 = 4 * int4(64, 64) + 4 * 64 + 2 * 4 * 2 * 64  # Q, K, V, out; the removed FFN's output bias; two norms
+    layer1 = 4 * 64 + int4(64, 32) + int4(32, 64) + 2 * 4 * 2 * 64  # the removed attention's output bias; FFN; two norms
+    head = int4(64, 64) + int4(64, 3)
+    assert embeddings + layer0 + layer1 + head == total
+    assert size_bytes(shape, bits="int4", embeddings="int8", num_labels=3, group_size=group) == total
 
 
 def _shrinks(shape):

@@ -78,128 +78,158 @@ std::vector<float> activations(int m, int k, std::mt19937& rng) {
   return x;
 }
 
-struct Checker {
-  std::string isa;
-  int cases = 0, failures = 0;
-
-  void fail_case(const std::string& what, const Shape& s, double sp, int mi, int ni, double got, double want,
-                 double tol) {
-    ++failures;
-    report("FAIL %s isa=%s M=%d N=%d K=%d sparsity=%.2f at [m=%d][n=%d]: got %.9g want %.9g (|diff| %.3g > tol %.3g)\n",
-           what.c_str(), isa.c_str(), s.m, s.n, s.k, sp, mi, ni, got, want, std::fabs(got - want), tol);
-  }
-
-  // y has m*n values then 16 canaries.
-  bool guards_ok(const std::vector<float>& y, const Shape& s, const std::string& what, double sp) {
-    for (std::size_t i = static_cast<std::size_t>(s.m) * s.n; i < y.size(); ++i)
-      if (y[i] != kGuard) {
-        ++failures;
-        report("FAIL %s isa=%s M=%d N=%d K=%d sparsity=%.2f: wrote past the end of y\n", what.c_str(), isa.c_str(), s.m,
-               s.n, s.k, sp);
-        return false;
-      }
-    return true;
-  }
-
-  void run_f32(ek::Isa isa, const Shape& s, ek::BlockShape b, double sp, std::mt19937& rng, ek::Workspace& ws) {
-    ++cases;
-    const std::string what = "f32 " + ek::block_name(b) + " kernel=" + ek::kernel_name(false, b, isa);
-    const auto mask = block_mask(s.n, s.k, b, sp, rng);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    std::vector<float> w(mask.size()), bias(s.n);
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = mask[i] ? u(rng) : 0.0f;
-    for (auto& v : bias) v = u(rng);
-    const bool with_bias = (cases % 3) != 0;
-    const auto x = activations(s.m, s.k, rng);
-    const ek::SparseF32 packed = ek::pack_f32(w.data(), s.n, s.k, b, with_bias ? bias.data() : nullptr);
-    std::vector<float> y(static_cast<std::size_t>(s.m) * s.n + 16, kGuard);
-    std::fill(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(s.m) * s.n, std::nanf(""));
-    ek::sparse_linear_f32(packed, x.data(), s.m, y.data(), ws, isa);
-    if (!guards_ok(y, s, what, sp)) return;
-    for (int i = 0; i < s.m; ++i)
-      for (int j = 0; j < s.n; ++j) {
-        double ref = with_bias ? bias[j] : 0.0, mag = std::fabs(ref);
-        for (int kk = 0; kk < s.k; ++kk) {
-          const double p = static_cast<double>(x[static_cast<std::size_t>(i) * s.k + kk]) * w[static_cast<std::size_t>(j) * s.k + kk];
-          ref += p;
-          mag += std::fabs(p);
-        }
-        const double tol = (s.k + 4) * std::ldexp(1.0, -24) * mag + 1e-30;
-        const double got = y[static_cast<std::size_t>(i) * s.n + j];
-        if (!(std::fabs(got - ref) <= tol)) {
-          fail_case(what, s, sp, i, j, got, ref, tol);
-          return;
-        }
-      }
-  }
-
-  void run_qd8(ek::Isa isa, const Shape& s, ek::BlockShape b, double sp, std::mt19937& rng, ek::Workspace& ws) {
-    ++cases;
-    const std::string what = "qd8 " + ek::block_name(b) + " kernel=" + ek::kernel_name(true, b, isa);
-    const auto mask = block_mask(s.n, s.k, b, sp, rng);
-    std::uniform_int_distribution<int> qd(-127, 127);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f), us(0.001f, 0.05f);
-    std::vector<std::int8_t> q(mask.size());
-    for (std::size_t i = 0; i < q.size(); ++i) {
-      int v = qd(rng);
-      if (i % 11 == 0) v = (i % 2) ? 127 : -127;  // extremes: overflow paths
-      q[i] = mask[i] ? static_cast<std::int8_t>(v) : 0;
-    }
-    std::vector<float> scale(s.n), bias(s.n);
-    for (auto& v : scale) v = us(rng);
-    for (auto& v : bias) v = u(rng);
-    const bool with_bias = (cases % 3) != 0;
-    const auto x = activations(s.m, s.k, rng);
-    const ek::SparseQC8W packed = ek::pack_qc8w(q.data(), scale.data(), s.n, s.k, b, with_bias ? bias.data() : nullptr);
-    std::vector<float> y(static_cast<std::size_t>(s.m) * s.n + 16, kGuard);
-    std::fill(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(s.m) * s.n, std::nanf(""));
-    ek::sparse_linear_qd8(packed, x.data(), s.m, y.data(), ws, isa);
-    if (!guards_ok(y, s, what, sp)) return;
-    const int qmax = ek::act_qmax(isa);
-    std::vector<int> qx(s.k);
-    for (int i = 0; i < s.m; ++i) {
-      // The documented rule, written out again.
-      const float* row = x.data() + static_cast<std::size_t>(i) * s.k;
-      float lo = 0.0f, hi = 0.0f;
-      for (int kk = 0; kk < s.k; ++kk) {
-        lo = std::fmin(lo, row[kk]);
-        hi = std::fmax(hi, row[kk]);
-      }
-      float sx = (hi - lo) / static_cast<float>(qmax);
-      if (!(sx > 0.0f)) sx = 1.0f;
-      const float inv = 1.0f / sx;
-      const int z = static_cast<int>(std::fmin(std::fmax(std::nearbyint(-lo / sx), 0.0f), static_cast<float>(qmax)));
-      for (int kk = 0; kk < s.k; ++kk) {
-        const float v = std::nearbyint(row[kk] * inv) + static_cast<float>(z);
-        qx[kk] = static_cast<int>(std::fmin(std::fmax(v, 0.0f), static_cast<float>(qmax)));
-      }
-      for (int j = 0; j < s.n; ++j) {
-        std::int64_t acc = 0;
-        double fref = with_bias ? bias[j] : 0.0, wabs = 0.0;
-        for (int kk = 0; kk < s.k; ++kk) {
-          const int wq = q[static_cast<std::size_t>(j) * s.k + kk];
-          acc += static_cast<std::int64_t>(qx[kk] - z) * wq;
-          fref += static_cast<double>(row[kk]) * wq * scale[j];
-          wabs += std::fabs(static_cast<double>(wq) * scale[j]);
-        }
-        const double b0 = with_bias ? bias[j] : 0.0;
-        const double ref = static_cast<double>(acc) * (static_cast<double>(sx) * scale[j]) + b0;
-        const double tol = 8 * std::ldexp(1.0, -24) * (std::fabs(ref - b0) + std::fabs(b0)) + 1e-30;
-        const double got = y[static_cast<std::size_t>(i) * s.n + j];
-        if (!(std::fabs(got - ref) <= tol)) {
-          fail_case(what, s, sp, i, j, got, ref, tol);
-          return;
-        }
-        // Each activation is off by at most one step sx (rounding, and the zero point's rounding).
-        const double qtol = wabs * sx * 1.0001 + 1e-6 * (std::fabs(fref) + 1.0);
-        if (!(std::fabs(got - fref) <= qtol)) {
-          fail_case(what + " (vs fp32, quantization bound)", s, sp, i, j, got, fref, qtol);
-          return;
-        }
-      }
-    }
-  }
+// One generated case and its reference, run against every ISA.
+struct Case {
+  Shape s;
+  ek::BlockShape b;
+  double sparsity;
+  bool with_bias;
+  std::vector<float> x, bias;
 };
+
+std::string where(const Case& c, const char* prec, ek::Isa isa) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%s %s isa=%s kernel=%s M=%d N=%d K=%d sparsity=%.2f", prec,
+                ek::block_name(c.b).c_str(), ek::isa_name(isa), ek::kernel_name(prec[0] == 'q', c.b, isa).c_str(), c.s.m,
+                c.s.n, c.s.k, c.sparsity);
+  return buf;
+}
+
+// y has m*n values then 16 canaries; returns the number of failures (0 or 1).
+int check(const Case& c, const char* prec, ek::Isa isa, const std::vector<float>& y, const std::vector<double>& ref,
+          const std::vector<double>& tol, const std::vector<double>* fref = nullptr,
+          const std::vector<double>* qtol = nullptr) {
+  const std::size_t mn = static_cast<std::size_t>(c.s.m) * c.s.n;
+  for (std::size_t i = mn; i < y.size(); ++i)
+    if (y[i] != kGuard) {
+      report("FAIL %s: wrote past the end of y\n", where(c, prec, isa).c_str());
+      return 1;
+    }
+  for (std::size_t i = 0; i < mn; ++i) {
+    const double got = y[i];
+    if (!(std::fabs(got - ref[i]) <= tol[i])) {
+      report("FAIL %s at [m=%d][n=%d]: got %.9g want %.9g (|diff| %.3g > tol %.3g)\n", where(c, prec, isa).c_str(),
+             static_cast<int>(i / c.s.n), static_cast<int>(i % c.s.n), got, ref[i], std::fabs(got - ref[i]), tol[i]);
+      return 1;
+    }
+    if (fref != nullptr && !(std::fabs(got - (*fref)[i]) <= (*qtol)[i])) {
+      report("FAIL %s at [m=%d][n=%d]: got %.9g, fp32 result %.9g, beyond the quantization bound %.3g\n",
+             where(c, prec, isa).c_str(), static_cast<int>(i / c.s.n), static_cast<int>(i % c.s.n), got, (*fref)[i],
+             (*qtol)[i]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+struct Tally {
+  int cases = 0, failures = 0;
+};
+
+void run_f32(const Case& c, std::mt19937& rng, const std::vector<ek::Isa>& isas, std::vector<ek::Workspace>& ws,
+             std::vector<Tally>& tally) {
+  const Shape& s = c.s;
+  const auto mask = block_mask(s.n, s.k, c.b, c.sparsity, rng);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> w(mask.size());
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = mask[i] ? u(rng) : 0.0f;
+  const ek::SparseF32 packed = ek::pack_f32(w.data(), s.n, s.k, c.b, c.with_bias ? c.bias.data() : nullptr);
+  const std::size_t mn = static_cast<std::size_t>(s.m) * s.n;
+  std::vector<double> ref(mn), tol(mn);
+  for (int i = 0; i < s.m; ++i)
+    for (int j = 0; j < s.n; ++j) {
+      double r = c.with_bias ? c.bias[j] : 0.0, mag = std::fabs(r);
+      const float* xr = c.x.data() + static_cast<std::size_t>(i) * s.k;
+      const float* wr = w.data() + static_cast<std::size_t>(j) * s.k;
+      for (int kk = 0; kk < s.k; ++kk) {
+        const double p = static_cast<double>(xr[kk]) * wr[kk];
+        r += p;
+        mag += std::fabs(p);
+      }
+      ref[i * s.n + j] = r;
+      tol[i * s.n + j] = (s.k + 4) * std::ldexp(1.0, -24) * mag + 1e-30;
+    }
+  for (std::size_t t = 0; t < isas.size(); ++t) {
+    std::vector<float> y(mn + 16, kGuard);
+    std::fill(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(mn), std::nanf(""));
+    ek::sparse_linear_f32(packed, c.x.data(), s.m, y.data(), ws[t], isas[t]);
+    ++tally[t].cases;
+    tally[t].failures += check(c, "f32", isas[t], y, ref, tol);
+  }
+}
+
+void run_qd8(const Case& c, std::mt19937& rng, const std::vector<ek::Isa>& isas, std::vector<ek::Workspace>& ws,
+             std::vector<Tally>& tally) {
+  const Shape& s = c.s;
+  const auto mask = block_mask(s.n, s.k, c.b, c.sparsity, rng);
+  std::uniform_int_distribution<int> qd(-127, 127);
+  std::uniform_real_distribution<float> us(0.001f, 0.05f);
+  std::vector<std::int8_t> q(mask.size());
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    int v = qd(rng);
+    if (i % 11 == 0) v = (i % 2) ? 127 : -127;  // extremes: the overflow paths
+    q[i] = mask[i] ? static_cast<std::int8_t>(v) : 0;
+  }
+  std::vector<float> scale(s.n);
+  for (auto& v : scale) v = us(rng);
+  const ek::SparseQC8W packed = ek::pack_qc8w(q.data(), scale.data(), s.n, s.k, c.b, c.with_bias ? c.bias.data() : nullptr);
+  const std::size_t mn = static_cast<std::size_t>(s.m) * s.n;
+  // The fp32 result with the dequantized weights, and how far activation rounding may move it.
+  std::vector<double> fref(mn), qtol(mn);
+  std::vector<double> wabs(s.n, 0.0);
+  for (int j = 0; j < s.n; ++j)
+    for (int kk = 0; kk < s.k; ++kk) wabs[j] += std::fabs(static_cast<double>(q[static_cast<std::size_t>(j) * s.k + kk]) * scale[j]);
+  for (int i = 0; i < s.m; ++i)
+    for (int j = 0; j < s.n; ++j) {
+      double r = c.with_bias ? c.bias[j] : 0.0;
+      for (int kk = 0; kk < s.k; ++kk)
+        r += static_cast<double>(c.x[static_cast<std::size_t>(i) * s.k + kk]) * q[static_cast<std::size_t>(j) * s.k + kk] * scale[j];
+      fref[i * s.n + j] = r;
+    }
+  int ref_qmax = 0;
+  std::vector<double> ref(mn), tol(mn);
+  std::vector<int> qx(s.k);
+  for (std::size_t t = 0; t < isas.size(); ++t) {
+    const int qmax = ek::act_qmax(isas[t]);
+    if (qmax != ref_qmax) {
+      ref_qmax = qmax;
+      for (int i = 0; i < s.m; ++i) {
+        // The documented quantization rule, written out again.
+        const float* row = c.x.data() + static_cast<std::size_t>(i) * s.k;
+        float lo = 0.0f, hi = 0.0f;
+        for (int kk = 0; kk < s.k; ++kk) {
+          lo = std::fmin(lo, row[kk]);
+          hi = std::fmax(hi, row[kk]);
+        }
+        float sx = (hi - lo) / static_cast<float>(qmax);
+        if (!(sx > 0.0f)) sx = 1.0f;
+        const float inv = 1.0f / sx;
+        const int z = static_cast<int>(std::fmin(std::fmax(std::nearbyint(-lo / sx), 0.0f), static_cast<float>(qmax)));
+        for (int kk = 0; kk < s.k; ++kk) {
+          const float v = std::nearbyint(row[kk] * inv) + static_cast<float>(z);
+          qx[kk] = static_cast<int>(std::fmin(std::fmax(v, 0.0f), static_cast<float>(qmax)));
+        }
+        for (int j = 0; j < s.n; ++j) {
+          std::int64_t acc = 0;
+          const std::int8_t* wr = q.data() + static_cast<std::size_t>(j) * s.k;
+          for (int kk = 0; kk < s.k; ++kk) acc += static_cast<std::int64_t>(qx[kk] - z) * wr[kk];
+          const double b0 = c.with_bias ? c.bias[j] : 0.0;
+          const double part = static_cast<double>(acc) * (static_cast<double>(sx) * scale[j]);
+          ref[i * s.n + j] = part + b0;
+          // float(acc), s[m]*scale[n], the product and the bias: four roundings, twice over.
+          tol[i * s.n + j] = 8 * std::ldexp(1.0, -24) * (std::fabs(part) + std::fabs(b0)) + 1e-30;
+          // Each activation moves by at most one step sx (its rounding and the zero point's).
+          qtol[i * s.n + j] = wabs[j] * sx * 1.0001 + 1e-6 * (std::fabs(fref[i * s.n + j]) + 1.0);
+        }
+      }
+    }
+    std::vector<float> y(mn + 16, kGuard);
+    std::fill(y.begin(), y.begin() + static_cast<std::ptrdiff_t>(mn), std::nanf(""));
+    ek::sparse_linear_qd8(packed, c.x.data(), s.m, y.data(), ws[t], isas[t]);
+    ++tally[t].cases;
+    tally[t].failures += check(c, "qd8", isas[t], y, ref, tol, &fref, &qtol);
+  }
+}
 
 std::vector<Shape> shapes(bool quick) {
   const int ms[] = {1, 3, 8, 15, 17, 33, 64, 67, 130};
@@ -211,7 +241,7 @@ std::vector<Shape> shapes(bool quick) {
     const int per = quick ? 2 : 4;
     for (int j = 0; j < per; ++j) out.push_back({ms[(i++ * 5 + j) % 9], s.n, s.k});
   }
-  out.push_back({35, 384, quick ? 384 : 1536});  // a MiniLM-sized layer
+  if (!quick) out.push_back({35, 384, 1536});  // a MiniLM-sized layer
   return out;
 }
 
@@ -275,6 +305,7 @@ int main(int argc, char** argv) {
   int failures = api_errors() ? 0 : 1;
   const double sparsities[] = {0.0, 0.5, 0.7, 0.9, 0.99};
   const ek::BlockShape blocks[] = {ek::kBlock1x4, ek::kBlock1x8, ek::kBlock4x1};
+  std::vector<ek::Isa> isas;
   for (ek::Isa isa : ek::kAllIsas) {
     if (only != "all" && isa != chosen) continue;
     if (!ek::isa_compiled(isa)) continue;  // other architecture
@@ -282,21 +313,29 @@ int main(int argc, char** argv) {
       std::printf("isa %s: skipped (not supported by this CPU)\n", ek::isa_name(isa));
       continue;
     }
-    Checker c;
-    c.isa = ek::isa_name(isa);
-    std::mt19937 rng(seed);
-    ek::Workspace ws;
-    for (const Shape& s : shapes(quick))
-      for (double sp : sparsities)
-        for (ek::BlockShape b : blocks) {
-          c.run_f32(isa, s, b, sp, rng, ws);
-          c.run_qd8(isa, s, b, sp, rng, ws);
-        }
-    std::printf("isa %s: %d cases, %d failures (kernels %s, %s, %s / %s, %s, %s)\n", c.isa.c_str(), c.cases, c.failures,
-                ek::kernel_name(false, ek::kBlock1x4, isa).c_str(), ek::kernel_name(false, ek::kBlock1x8, isa).c_str(),
-                ek::kernel_name(false, ek::kBlock4x1, isa).c_str(), ek::kernel_name(true, ek::kBlock1x4, isa).c_str(),
-                ek::kernel_name(true, ek::kBlock1x8, isa).c_str(), ek::kernel_name(true, ek::kBlock4x1, isa).c_str());
-    failures += c.failures;
+    isas.push_back(isa);
+  }
+  std::vector<ek::Workspace> ws(isas.size());
+  std::vector<Tally> tally(isas.size());
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  int n_case = 0;
+  for (const Shape& s : shapes(quick))
+    for (double sp : sparsities)
+      for (ek::BlockShape b : blocks) {
+        Case c{s, b, sp, (n_case++ % 3) != 0, activations(s.m, s.k, rng), std::vector<float>(s.n)};
+        for (auto& v : c.bias) v = u(rng);
+        run_f32(c, rng, isas, ws, tally);
+        run_qd8(c, rng, isas, ws, tally);
+      }
+  for (std::size_t t = 0; t < isas.size(); ++t) {
+    const ek::Isa isa = isas[t];
+    std::printf("isa %s: %d cases, %d failures (kernels %s, %s, %s / %s, %s, %s)\n", ek::isa_name(isa), tally[t].cases,
+                tally[t].failures, ek::kernel_name(false, ek::kBlock1x4, isa).c_str(),
+                ek::kernel_name(false, ek::kBlock1x8, isa).c_str(), ek::kernel_name(false, ek::kBlock4x1, isa).c_str(),
+                ek::kernel_name(true, ek::kBlock1x4, isa).c_str(), ek::kernel_name(true, ek::kBlock1x8, isa).c_str(),
+                ek::kernel_name(true, ek::kBlock4x1, isa).c_str());
+    failures += tally[t].failures;
   }
   std::printf("%s\n", failures == 0 ? "all passed" : "FAILED");
   return failures == 0 ? 0 : 1;

@@ -234,7 +234,7 @@ void run_qd8(const Case& c, std::mt19937& rng, const std::vector<ek::Isa>& isas,
 std::vector<Shape> shapes(bool quick) {
   const int ms[] = {1, 3, 8, 15, 17, 33, 64, 67, 130};
   const Shape nk[] = {{0, 1, 1},   {0, 3, 5},    {0, 4, 4},     {0, 5, 9},   {0, 8, 17},
-                      {0, 13, 31}, {0, 16, 64},  {0, 33, 100},  {0, 64, 257}, {0, 7, 384}};
+                      {0, 13, 31}, {0, 16, 64},  {0, 33, 100},  {0, 64, 257}, {0, 7, 384}, {0, 12, 1100}};
   std::vector<Shape> out;
   int i = 0;
   for (const Shape& s : nk) {

@@ -59,6 +59,7 @@ CACHE = ROOT / ".cache" / "sparse-kernels"
 log = logging.getLogger("bench.sparse_kernels")
 
 SPARSITIES = (0.5, 0.7, 0.8, 0.9, 0.95)
+CONTROL = 0.0  # every block kept: the sparse format and kernel on dense weights (what the kernel itself is worth)
 BLOCKS = ("1x4", "1x8", "4x1")
 GATE_SPEEDUP = 1.3
 GATE_MAX_SPARSITY = 0.8
@@ -261,9 +262,10 @@ def analyse(raw: dict, layer: list[tuple[str, int, int]], *, clock: str = "cpu")
                     continue
                 worst = min(r["speedup_vs_best_dense"]["median"] for r in sel)
                 best_ = max(r["speedup_vs_best_dense"]["median"] for r in sel)
+                in_range = 0.0 < sp <= GATE_MAX_SPARSITY + 1e-9
                 gate.append({"precision": prec, "block": block, "sparsity": sp, "min_speedup": worst,
-                             "max_speedup": best_, "in_gate_range": sp <= GATE_MAX_SPARSITY + 1e-9,
-                             "passes": sp <= GATE_MAX_SPARSITY + 1e-9 and worst >= GATE_SPEEDUP})
+                             "max_speedup": best_, "in_gate_range": in_range,
+                             "passes": in_range and worst >= GATE_SPEEDUP})
     return {"overhead_us": _q(overhead[sk]), "dense": dense_rows, "rows": rows, "layer": layer_rows,
             "gate": gate}
 
@@ -318,7 +320,7 @@ def block_loop_counts(objdump: str, library: Path, *, arm: bool) -> list[dict]:
         want = r * c * nv * (per_dot if prec == "qd8" else 1)
         loops = []
         for i, (addr, mnem, ops) in enumerate(body):
-            tgt = re.match(r"^([0-9a-f]+)\b", ops.split(",")[-1].strip())
+            tgt = re.search(r"(?:^|,\s*)([0-9a-f]+) <", ops)
             is_branch = (mnem.startswith("j") if not arm else (mnem.startswith("b.") or mnem in ("b", "cbnz", "cbz")))
             if not is_branch or not tgt:
                 continue
@@ -366,6 +368,10 @@ def _pct(s: float) -> str:
     return f"{round(s * 100)}%"
 
 
+def _prec(p: str) -> str:
+    return "fp32" if p == "f32" else "int8"
+
+
 def render_markdown(results: dict) -> str:
     """The README section for issue 23's gate, from a sparse-kernels results dict (the JSON this script writes)."""
     h = results["host"]
@@ -381,7 +387,7 @@ def render_markdown(results: dict) -> str:
     if passed:
         lines.append("**Gate: passed** (≥ {:.1f}× the faster dense XNNPACK GEMM on a whole MiniLM layer at every "
                      "measured M, ≤ {} sparsity) for: ".format(GATE_SPEEDUP, _pct(GATE_MAX_SPARSITY))
-                     + ", ".join(f"{g['precision']} {g['block']} at {_pct(g['sparsity'])} "
+                     + ", ".join(f"{_prec(g['precision'])} {g['block']} at {_pct(g['sparsity'])} "
                                  f"({g['min_speedup']:.2f}–{g['max_speedup']:.2f}×)" for g in passed) + ".")
     else:
         lines.append("**Gate: not passed on this host class** — no precision, block and sparsity ≤ {} reaches "
@@ -403,7 +409,8 @@ def render_markdown(results: dict) -> str:
                     r = next((r for r in a["layer"] if r["precision"] == prec and r["block"] == block
                               and r["sparsity"] == sp and r["m"] == m), None)
                     cells.append(f"{r['speedup_vs_best_dense']['median']:.2f}" if r else "–")
-                lines.append(f"| {'fp32' if prec == 'f32' else 'int8'} {_pct(sp)} | {block} | " + " | ".join(cells) + " |")
+                label = f"{_prec(prec)} {_pct(sp)}" + (" (control: no block removed)" if sp == CONTROL else "")
+                lines.append(f"| {label} | {block} | " + " | ".join(cells) + " |")
     lines += ["", "Dense XNNPACK per layer (µs, median [p10–p90]):", "",
               "| M | fp32 | QD8 int8 | int8 / fp32 |", "|---|---|---|---|"]
     seen = set()
@@ -426,8 +433,8 @@ def render_markdown(results: dict) -> str:
             lines.append(f"| {d['isa']} | {'fp32' if d['precision'] == 'f32' else 'int8'} | {d['block']} ({d['tile']}) | "
                          f"{d['tile_tokens']} | {d['instructions_per_block']:.1f} | "
                          f"{d['multiply_instructions_per_block']:.0f} | {d['macs_per_instruction']:.1f} |")
-    for note in results.get("analysis_notes", []):
-        lines += ["", note]
+    if results.get("analysis_notes"):
+        lines += [""] + [f"- {note}" for note in results["analysis_notes"]]
     return "\n".join(lines) + "\n"
 
 
@@ -462,6 +469,39 @@ def render_full_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def derive_notes(analysis: dict, raw: dict) -> list[str]:
+    """Sentences computed from the numbers: what the control says, break-even sparsities, block shapes."""
+    layer = analysis["layer"]
+
+    def med(prec, block, sp):
+        xs = [r["speedup_vs_best_dense"]["median"] for r in layer
+              if r["precision"] == prec and r["block"] == block and r["sparsity"] == sp]
+        return statistics.median(xs) if xs else None
+
+    notes = []
+    for prec in ("f32", "qd8"):
+        ctl = med(prec, "1x4", CONTROL)
+        if ctl is not None:
+            notes.append(f"Control ({_prec(prec)} 1x4, no block removed): {ctl:.2f}x the faster dense XNNPACK GEMM "
+                         "(median over M). " + (
+                             "The kernel is already faster than XNNPACK on dense weights here, so part of the "
+                             "sparse speedup is the kernel, not the sparsity"
+                             + (f" (7-bit u8 x s8 vpmaddubsw activations, act_qmax {raw['act_qmax']}, against "
+                                "XNNPACK's exact 8-bit QD8 path; the accuracy cost of 7-bit activations is for "
+                                "stage 2 to measure)" if prec == "qd8" and raw.get("act_qmax") == 127 else "")
+                             + "." if ctl >= 1.0 else
+                             "On dense weights the kernel is slower than XNNPACK's tuned GEMM; what it gains comes "
+                             "from skipping blocks."))
+        sps = sorted({r["sparsity"] for r in layer if r["sparsity"] > 0})
+        for block in BLOCKS:
+            even = next((sp for sp in sps if (med(prec, block, sp) or 0) >= 1.0), None)
+            gate = next((sp for sp in sps if (med(prec, block, sp) or 0) >= GATE_SPEEDUP), None)
+            notes.append(f"{_prec(prec)} {block}: faster than dense from {_pct(even) if even is not None else 'never'}"
+                         f" sparsity, ≥ {GATE_SPEEDUP}x from {_pct(gate) if gate is not None else 'never'} "
+                         "(median over M).")
+    return notes
+
+
 def host_class(isa: str) -> str:
     flags = set(isa.split())
     if {"avx512f", "avx512_vnni"} <= flags or {"avx512f", "avx512vnni"} <= flags:
@@ -490,7 +530,8 @@ def main(argv=None) -> int:
     ap.add_argument("--m", type=int, nargs="+", default=[16, 32, 64, 128])
     ap.add_argument("--kn", nargs="+", default=["384x384", "384x1536", "1536x384", "1536x1536"],
                     help="K x N shapes (in x out features)")
-    ap.add_argument("--sparsity", type=float, nargs="+", default=list(SPARSITIES))
+    ap.add_argument("--sparsity", type=float, nargs="+", default=[CONTROL, *SPARSITIES],
+                    help="fractions of blocks removed (0 is the control: dense weights in the sparse kernel)")
     ap.add_argument("--blocks", nargs="+", default=list(BLOCKS))
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--min-ms", type=float, default=2.0, help="time per sample (back-to-back calls)")
@@ -534,7 +575,7 @@ def main(argv=None) -> int:
         "programs": programs, "raw": {k: v for k, v in raw.items() if k != "candidates"},
         "clock": "cpu", "analysis": analysis,
         "gate_wall_clock": analysis_wall["gate"], "overhead_wall_us": analysis_wall["overhead_us"],
-        "instructions": instruction_counts(build),
+        "instructions": instruction_counts(build), "analysis_notes": derive_notes(analysis, raw),
         "samples": raw["candidates"],
     }
     atomic_write_json(args.out.with_suffix(".json"), results)

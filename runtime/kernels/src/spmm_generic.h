@@ -116,15 +116,21 @@ inline void store_transposed(const float* stage, int w, int rows, int tokens, fl
 
 // ---------------------------------------------------------------- fp32
 
+// acc[R*NV] += the block at xp (activation tile rows) times its weights wp.
+// Plain loops over compile-time bounds, fully unrolled, so that GCC keeps acc in registers.
 template <class V, int R, int C, int NV>
-inline void f32_block(typename V::Reg (&acc)[R][NV], const float* xp, const float* wp) {
+inline __attribute__((always_inline)) void f32_block(typename V::Reg* acc, const float* xp, const float* wp) {
   constexpr int W = NV * V::L;
+#pragma GCC unroll 8
   for (int c = 0; c < C; ++c) {
     typename V::Reg xv[NV];
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) xv[v] = V::load(xp + c * W + v * V::L);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const typename V::Reg wb = V::bcast(wp + r * C + c);
-      for (int v = 0; v < NV; ++v) acc[r][v] = V::fma(acc[r][v], wb, xv[v]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r * NV + v] = V::fma(acc[r * NV + v], wb, xv[v]);
     }
   }
 }
@@ -142,21 +148,26 @@ ENK_NOINLINE void f32_tile(const SparseF32& w, const float* xt, int tokens, floa
   for (int rb0 = 0; rb0 < nrb; rb0 += kChunkRows / R) {
     const int rb1 = std::min(nrb, rb0 + kChunkRows / R);
     for (int rb = rb0; rb < rb1; ++rb) {
-      typename V::Reg acc[S][R][NV];
-      for (int s = 0; s < S; ++s)
-        for (int r = 0; r < R; ++r)
-          for (int v = 0; v < NV; ++v) acc[s][r][v] = V::zero();
+      typename V::Reg acc[S * R * NV];
+#pragma GCC unroll 32
+      for (int i = 0; i < S * R * NV; ++i) acc[i] = V::zero();
       int b = rs[rb];
       const int e = rs[rb + 1];
-      for (; b + S <= e; b += S)
-        for (int s = 0; s < S; ++s) f32_block<V, R, C, NV>(acc[s], xt + col[b + s] * W, val + (b + s) * (R * C));
-      for (; b < e; ++b) f32_block<V, R, C, NV>(acc[0], xt + col[b] * W, val + b * (R * C));
+      for (; b + S <= e; b += S) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s)
+          f32_block<V, R, C, NV>(acc + s * R * NV, xt + col[b + s] * W, val + (b + s) * (R * C));
+      }
+      for (; b < e; ++b) f32_block<V, R, C, NV>(acc, xt + col[b] * W, val + b * (R * C));
       float* st = stage + (rb - rb0) * R * W;
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const typename V::Reg bv = V::bcast(bias + rb * R + r);
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
-          typename V::Reg a = acc[0][r][v];
-          for (int s = 1; s < S; ++s) a = V::add(a, acc[s][r][v]);
+          typename V::Reg a = acc[r * NV + v];
+#pragma GCC unroll 4
+          for (int s = 1; s < S; ++s) a = V::add(a, acc[(s * R + r) * NV + v]);
           V::store(st + r * W + v * V::L, V::add(a, bv));
         }
       }
@@ -186,14 +197,18 @@ void f32_run(const SparseF32& w, const float* x, int m, float* y, Workspace& ws)
 // ---------------------------------------------------------------- int8 (QD8 x QC8W)
 
 template <class Q, int R, int G, int NV>
-inline void qd8_block(typename Q::Reg (&acc)[R][NV], const std::uint8_t* xp, const std::int8_t* wp) {
+inline __attribute__((always_inline)) void qd8_block(typename Q::Reg* acc, const std::uint8_t* xp, const std::int8_t* wp) {
   constexpr int W = NV * Q::L;
+#pragma GCC unroll 2
   for (int g = 0; g < G; ++g) {
     typename Q::Reg xv[NV];
+#pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) xv[v] = Q::load(xp + g * W * 4 + v * Q::L * 4);
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const typename Q::Reg wb = Q::bcast4(wp + (r * G + g) * 4);
-      for (int v = 0; v < NV; ++v) acc[r][v] = Q::dot4(acc[r][v], xv[v], wb);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[r * NV + v] = Q::dot4(acc[r * NV + v], xv[v], wb);
     }
   }
 }
@@ -209,21 +224,26 @@ ENK_NOINLINE void qd8_tile(const SparseQC8W& w, const std::uint8_t* xq, const st
   for (int rb0 = 0; rb0 < nrb; rb0 += kChunkRows / R) {
     const int rb1 = std::min(nrb, rb0 + kChunkRows / R);
     for (int rb = rb0; rb < rb1; ++rb) {
-      typename Q::Reg acc[S][R][NV];
-      for (int s = 0; s < S; ++s)
-        for (int r = 0; r < R; ++r)
-          for (int v = 0; v < NV; ++v) acc[s][r][v] = Q::zero();
+      typename Q::Reg acc[S * R * NV];
+#pragma GCC unroll 32
+      for (int i = 0; i < S * R * NV; ++i) acc[i] = Q::zero();
       int b = rs[rb];
       const int e = rs[rb + 1];
-      for (; b + S <= e; b += S)
-        for (int s = 0; s < S; ++s) qd8_block<Q, R, G, NV>(acc[s], xq + col[b + s] * W, val + (b + s) * (R * G * 4));
-      for (; b < e; ++b) qd8_block<Q, R, G, NV>(acc[0], xq + col[b] * W, val + b * (R * G * 4));
+      for (; b + S <= e; b += S) {
+#pragma GCC unroll 4
+        for (int s = 0; s < S; ++s)
+          qd8_block<Q, R, G, NV>(acc + s * R * NV, xq + col[b + s] * W, val + (b + s) * (R * G * 4));
+      }
+      for (; b < e; ++b) qd8_block<Q, R, G, NV>(acc, xq + col[b] * W, val + b * (R * G * 4));
       float* st = stage + (rb - rb0) * R * W;
+#pragma GCC unroll 4
       for (int r = 0; r < R; ++r) {
         const int n = rb * R + r;
+#pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
-          typename Q::Reg a = acc[0][r][v];
-          for (int s = 1; s < S; ++s) a = Q::add(a, acc[s][r][v]);
+          typename Q::Reg a = acc[r * NV + v];
+#pragma GCC unroll 4
+          for (int s = 1; s < S; ++s) a = Q::add(a, acc[(s * R + r) * NV + v]);
           Q::epilogue(st + r * W + v * Q::L, a, zx + v * Q::L, sx + v * Q::L, w.row_sum[n], w.scale[n], w.bias[n]);
         }
       }

@@ -125,9 +125,10 @@ def write_programs(ms: list[int], kns: list[tuple[int, int]], *, seed: int = 0) 
     """The XNNPACK one-linear programs the bench binary loads, cached by content under .cache/."""
     from importlib.metadata import version
 
+    import inspect
+
     key = hashlib.sha256(repr((sorted(ms), sorted(kns), seed, version("torch"), version("executorch"),
-                               version("torchao"), Path(__file__).read_bytes().split(b"# ---- end programs")[0]))
-                         .encode()).hexdigest()[:16]
+                               version("torchao"), inspect.getsource(_lower_linear))).encode()).hexdigest()[:16]
     out = CACHE / f"programs-{key}"
     info_path = out / "programs.json"
     if info_path.is_file():
@@ -148,8 +149,6 @@ def write_programs(ms: list[int], kns: list[tuple[int, int]], *, seed: int = 0) 
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return out, info
-
-# ---- end programs (the cache key covers the code above)
 
 # ----------------------------------------------------------------------------- running
 
@@ -189,7 +188,8 @@ def run_bench(binary: Path, pte_dir: Path, *, ms, kns, sparsities, blocks, round
     if proc.returncode != 0:
         raise RuntimeError(f"{binary.name} failed ({proc.returncode}):\n{err[-3000:]}")
     cond = {"load_avg_before": [round(v, 2) for v in load_before], "load_avg_after": [round(v, 2) for v in os.getloadavg()],
-            "nice_requested": nice, "nice": got_nice, "wall_s": round(time.time() - t0, 1)}
+            "nice_requested": nice, "nice": got_nice, "wall_s": round(time.time() - t0, 1),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     return json.loads(out), cond
 
 
@@ -224,10 +224,13 @@ def analyse(raw: dict, layer: list[tuple[str, int, int]], *, clock: str = "cpu")
     rows = []
     for (prec, block, sp, m, k, n), c in sorted(sparse.items()):
         d = dense[(m, k, n)]
-        best = [min(a, b) for a, b in zip(d["xnn_f32"][sk], d["xnn_qd8"][sk])]
+        # The faster dense precision by median, then its sample of each round (a per-round min of two
+        # noisy samples would be biased low).
+        faster = min(("xnn_f32", "xnn_qd8"), key=lambda kind: statistics.median(d[kind][sk]))
+        best = d[faster][sk]
         ratios = [b / s for b, s in zip(best, c[sk])]
         rows.append({"precision": prec, "block": block, "sparsity": sp, "m": m, "k": k, "n": n,
-                     "us": _q(c[sk]), "speedup_vs_best_dense": _q(ratios),
+                     "us": _q(c[sk]), "speedup_vs_best_dense": _q(ratios), "faster_dense": faster,
                      "kernel": c["kernel"], "isa": c["isa"], "blocks": c["blocks"], "tiles": c["tiles"],
                      "weight_bytes": c["weight_bytes"]})
     dense_rows = [{"m": m, "k": k, "n": n, "xnn_f32_us": _q(d["xnn_f32"][sk]),
@@ -242,7 +245,7 @@ def analyse(raw: dict, layer: list[tuple[str, int, int]], *, clock: str = "cpu")
             continue
         f32 = [sum(v) for v in zip(*(dense[(m, k, n)]["xnn_f32"][sk] for _, k, n in layer))]
         qd8 = [sum(v) for v in zip(*(dense[(m, k, n)]["xnn_qd8"][sk] for _, k, n in layer))]
-        best = [min(a, b) for a, b in zip(f32, qd8)]
+        best = f32 if statistics.median(f32) <= statistics.median(qd8) else qd8
         for prec in ("f32", "qd8"):
             for block in BLOCKS:
                 for sp in sorted({s for (_, _, s, *_rest) in sparse}):
@@ -251,6 +254,7 @@ def analyse(raw: dict, layer: list[tuple[str, int, int]], *, clock: str = "cpu")
                         continue
                     t = [sum(v) for v in zip(*(sparse[key][sk] for key in keys))]
                     layer_rows.append({"m": m, "precision": prec, "block": block, "sparsity": sp, "us": _q(t),
+                                       "faster_dense": "xnn_f32" if best is f32 else "xnn_qd8",
                                        "xnn_f32_us": _q(f32), "xnn_qd8_us": _q(qd8),
                                        "speedup_vs_best_dense": _q([b / s for b, s in zip(best, t)])})
     gate = []
@@ -348,6 +352,37 @@ def block_loop_counts(objdump: str, library: Path, *, arm: bool) -> list[dict]:
     return sorted(best.values(), key=lambda d: (d["isa"], d["precision"], d["block"]))
 
 
+# Host classes not measured here: which sparse kernels they run, and the MACs per instruction of the
+# faster ideal dense loop there (multiplies only: an upper bound for any dense GEMM, so the sparsities
+# derived from it are lower bounds). vpdpbusd zmm = 64 MACs, sdot .4s = 16, fmla / smlal .4s = 4.
+UNMEASURED_CLASSES = (
+    ("x86-64 AVX-512 VNNI", {"f32": "avx512", "qd8": "avx512vnni"}, 64),
+    ("aarch64 with dot product (Cortex-A55, A76 and later)", {"f32": "neon", "qd8": "neondot"}, 16),
+    ("aarch64 NEON only (Cortex-A53)", {"f32": "neon", "qd8": "neon"}, 4),
+)
+
+
+def breakeven_sparsity(row: dict, dense_macs_per_instruction: float, speedup: float) -> float:
+    """Sparsity from which the sparse loop issues `speedup`x fewer instructions than the dense loop."""
+    return max(0.0, 1.0 - row["macs_per_instruction"] / (speedup * dense_macs_per_instruction))
+
+
+def class_estimates(ic: dict, speedup: float = GATE_SPEEDUP) -> list[dict]:
+    """Per unmeasured host class, precision and block: the lower-bound sparsity for `speedup` (instruction counts)."""
+    rows = [d for arch in ("x86_64", "aarch64") for d in (ic.get(arch) or [])]
+    out = []
+    for name, kernels, dense in UNMEASURED_CLASSES:
+        for prec, isa in kernels.items():
+            for d in rows:
+                if d["isa"] == isa and d["precision"] == prec:
+                    # A merged 4x4 int8 tile of 4x1 blocks holds one block at high sparsity: count its useful MACs.
+                    fill = 4 if d["tile"] != d["block"] else 1
+                    useful = dict(d, macs_per_instruction=d["macs_per_instruction"] / fill)
+                    out.append({"host_class": name, "precision": prec, "isa": isa, "block": d["block"],
+                                "sparsity_lower_bound": breakeven_sparsity(useful, dense, speedup)})
+    return out
+
+
 def instruction_counts(host_build: Path) -> dict:
     out = {"x86_64": None, "aarch64": None, "notes": []}
     lib = host_build / "kernels" / "libedgenlp_kernels.a"
@@ -393,10 +428,29 @@ def render_markdown(results: dict) -> str:
         lines.append("**Gate: not passed on this host class** — no precision, block and sparsity ≤ {} reaches "
                      "{:.1f}× the faster dense XNNPACK GEMM on a whole MiniLM layer at every measured M."
                      .format(_pct(GATE_MAX_SPARSITY), GATE_SPEEDUP))
+    wall = results.get("gate_wall_clock") or []
+    if wall:
+        cpu = {(g["precision"], g["block"], g["sparsity"]): g["passes"] for g in gate if g["in_gate_range"]}
+        differ = [g for g in wall if g["in_gate_range"] and cpu.get((g["precision"], g["block"], g["sparsity"])) != g["passes"]]
+        lines += ["", "The same gate on wall time (noisier on a shared host): "
+                  + ("the same verdicts." if not differ else "differs for " + ", ".join(
+                      f"{_prec(g['precision'])} {g['block']} at {_pct(g['sparsity'])} "
+                      f"({'passes' if g['passes'] else 'fails'}, worst M {g['min_speedup']:.2f}x)" for g in differ) + ".")]
+    ic = results.get("instructions") or {}
+    est = class_estimates(ic)
+    if est:
+        lines += ["", f"Host classes not measured, from instruction counts only: the sparsity from which each "
+                  f"kernel's inner loop issues {GATE_SPEEDUP}x fewer instructions than the faster ideal dense "
+                  "loop there (a lower bound on what the gate needs; not a time):", ""]
+        for name, _, _ in UNMEASURED_CLASSES:
+            sel = [e for e in est if e["host_class"] == name]
+            if sel:
+                lines.append(f"- {name}: " + ", ".join(f"{_prec(e['precision'])} {e['block']} ≥ "
+                                                       f"{_pct(e['sparsity_lower_bound'])}" for e in sel))
     lines += ["", "Host classes measured: " + results["host_class"] + ". Not measured: "
               + "; ".join(results["not_measured"]) + ".", ""]
     lines += ["Speedup of one MiniLM encoder layer's six linears (Q, K, V, attn-out, FFN in, FFN out) over the "
-              "faster of XNNPACK fp32 / QD8 at the same M (median of per-round ratios; >1 is faster):", ""]
+              "faster of XNNPACK fp32 / QD8 at the same M (median over rounds of the ratio to that round's sample of the faster dense precision; >1 is faster):", ""]
     ms = sorted({r["m"] for r in a["layer"]})
     sps = sorted({r["sparsity"] for r in a["layer"]})
     lines.append("| kernel | block | " + " | ".join(f"M={m}" for m in ms) + " |")
@@ -423,12 +477,11 @@ def render_markdown(results: dict) -> str:
                      f"[{q['p10']:.0f}–{q['p90']:.0f}] | {q['median'] / f['median']:.2f} |")
     lines += ["", f"An ExecuTorch call of an 8x8 linear (fixed cost inside every XNNPACK number): "
               f"{a['overhead_us']['median']:.1f} µs."]
-    ic = results.get("instructions") or {}
     if ic.get("aarch64"):
         lines += ["", "ARM (aarch64 build, objdump of each kernel's inner block loop; **device times unknown**: "
                   "qemu gives no timings):", "",
-                  "| ISA | precision | block (tile) | tokens per block | instructions per block | multiplies | MACs / instruction |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| ISA | precision | block (tile) | tokens per block | instructions per block | multiplies | "
+                  "MACs / instruction |", "|---|---|---|---|---|---|---|"]
         for d in ic["aarch64"]:
             lines.append(f"| {d['isa']} | {'fp32' if d['precision'] == 'f32' else 'int8'} | {d['block']} ({d['tile']}) | "
                          f"{d['tile_tokens']} | {d['instructions_per_block']:.1f} | "
@@ -458,8 +511,8 @@ def render_full_markdown(results: dict) -> str:
     ic = results.get("instructions") or {}
     if ic.get("x86_64"):
         lines += ["", "## x86 inner block loops (objdump)", "",
-                  "| ISA | precision | block (tile) | tokens per block | instructions per block | multiplies | MACs / instruction |",
-                  "|---|---|---|---|---|---|---|"]
+                  "| ISA | precision | block (tile) | tokens per block | instructions per block | multiplies | "
+                  "MACs / instruction |", "|---|---|---|---|---|---|---|"]
         for d in ic["x86_64"]:
             lines.append(f"| {d['isa']} | {'fp32' if d['precision'] == 'f32' else 'int8'} | {d['block']} ({d['tile']}) | "
                          f"{d['tile_tokens']} | {d['instructions_per_block']:.1f} | "
@@ -564,14 +617,14 @@ def main(argv=None) -> int:
     isa = isa_flags()
     hc = host_class(isa)
     results = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "note": args.note,
+        "date": cond.get("date") or time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "note": args.note,
         "host": {"cpu": cpu_info(), "isa": isa}, "host_class": hc,
         "not_measured": [v for k, v in NOT_MEASURED.items() if not hc.startswith(k)],
         "environment": environment(), "conditions": cond, "model_dims": dims,
         "layer": [{"name": n, "k": k, "n": nn} for n, k, nn in layer],
         "gate_rule": {"speedup": GATE_SPEEDUP, "max_sparsity": GATE_MAX_SPARSITY,
-                      "judged_on": "one MiniLM encoder layer's linears, every measured M, median of per-round ratios "
-                                   "against min(XNNPACK fp32, XNNPACK QD8) of the same round"},
+                      "judged_on": "one MiniLM encoder layer's linears, every measured M, median over rounds of the "
+                                   "ratio to the same round's sample of the faster (by median) of XNNPACK fp32 / QD8"},
         "programs": programs, "raw": {k: v for k, v in raw.items() if k != "candidates"},
         "clock": "cpu", "analysis": analysis,
         "gate_wall_clock": analysis_wall["gate"], "overhead_wall_us": analysis_wall["overhead_us"],

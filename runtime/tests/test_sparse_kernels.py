@@ -72,6 +72,16 @@ def test_kernels_native(host_build):
             assert f"isa {isa}: skipped (not supported by this CPU)" in proc.stdout
 
 
+@pytest.mark.native
+def test_avx512_kernels_emulated(host_build):
+    """The AVX-512 / VNNI kernels' logic on any x86-64 CPU, their intrinsics emulated by SIMDe."""
+    tester = host_build / "kernels" / "sparse_linear_tester_simde_avx512"
+    if not tester.is_file():
+        pytest.skip("libsimde-dev not installed (or not x86-64): the AVX-512 kernels run only on AVX-512 CPUs")
+    proc = subprocess.run([str(tester), "--quick"], capture_output=True, text=True, timeout=300)
+    _check(proc, {"scalar", "avx2", "avx512", "avx512vnni"})
+
+
 @pytest.fixture(scope="module")
 def aarch64_kernels():
     for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64"):

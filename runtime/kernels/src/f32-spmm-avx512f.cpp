@@ -1,5 +1,8 @@
 // f32 block-sparse x dense, AVX-512F: 64-token tiles (4 zmm x 2 sets; 4x1: 4 rows x 4 zmm).
 #include "traits-avx2.h"
+#ifdef ENK_SIMDE_AVX512  // test build only (see CMakeLists.txt)
+#include "simde-avx512-aliases.h"
+#endif
 #include "ukernels.h"
 
 namespace edgenlp::kernels::detail {

@@ -1,6 +1,9 @@
 // qd8 x qc8w block-sparse, AVX-512 VNNI: vpdpbusd (u8 x s8, full 8-bit
 // activations) on 64-token tiles (4 zmm x 2 sets; 4x4 tiles: 4 rows x 4 zmm).
 #include "traits-avx2.h"
+#ifdef ENK_SIMDE_AVX512  // test build only (see CMakeLists.txt)
+#include "simde-avx512-aliases.h"
+#endif
 #include "ukernels.h"
 
 namespace edgenlp::kernels::detail {

@@ -90,10 +90,15 @@ bool isa_supported(Isa isa) {
 #ifdef ENK_X86
     // libgcc / compiler-rt also check that the OS saves the AVX / AVX-512 state (xgetbv).
     case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#ifdef ENK_SIMDE_AVX512  // test build: AVX-512 emulated on AVX2 (SIMDe)
+    case Isa::kAvx512:
+    case Isa::kAvx512Vnni: return isa_supported(Isa::kAvx2);
+#else
     case Isa::kAvx512: return isa_supported(Isa::kAvx2) && __builtin_cpu_supports("avx512f");
     case Isa::kAvx512Vnni:
       return isa_supported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512vnni");
+#endif
 #endif
 #ifdef ENK_ARM64
     case Isa::kNeon: return true;

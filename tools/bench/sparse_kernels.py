@@ -630,9 +630,14 @@ def main(argv=None) -> int:
         "clock": "cpu", "analysis": analysis,
         "gate_wall_clock": analysis_wall["gate"], "overhead_wall_us": analysis_wall["overhead_us"],
         "instructions": instruction_counts(build), "analysis_notes": derive_notes(analysis, raw),
-        "samples": raw["candidates"],
+        "samples_file": args.out.name + ".samples.json",
     }
     atomic_write_json(args.out.with_suffix(".json"), results)
+    # Every per-round sample, compact (re-analyse with --raw <out>.samples.json).
+    compact = {"raw": {**raw, "candidates": [
+        {**c, "samples_us": [round(v, 1) for v in c["samples_us"]],
+         "cpu_samples_us": [round(v, 1) for v in c["cpu_samples_us"]]} for c in raw["candidates"]]}, "conditions": cond}
+    atomic_write_text(args.out.parent / (args.out.name + ".samples.json"), json.dumps(compact, separators=(",", ":")) + "\n")
     atomic_write_text(args.out.with_suffix(".md"), render_full_markdown(results))
     log.info("%s", render_markdown(results))
     return 0

@@ -51,13 +51,19 @@ class Status(enum.IntEnum):
     ERR_NO_MODEL = 8
     ERR_OUT_OF_MEMORY = 9
     ERR_INTERNAL = 10
+    ERR_BUNDLE_FORMAT = 11
 
+
+# The C ABI level (EDGENLP_ABI_VERSION of edgenlp.h) whose functions this module calls; an
+# older library is refused with a message instead of failing on a missing symbol.
+ABI_VERSION = 3
 
 # edgenlp_open_ex flags
 OPEN_SKIP_VERIFY = 1
 OPEN_LOAD_ALL_METHODS = 2
 OPEN_NO_WEIGHT_CACHE = 4
-_BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL)
+_BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL,
+                  Status.ERR_BUNDLE_FORMAT)
 
 _lib: ctypes.CDLL | None = None
 _lib_lock = threading.Lock()
@@ -108,12 +114,18 @@ def load_library() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
         except OSError as exc:
             raise EdgeNLPError(f"cannot load the native runtime {path}: {exc}") from exc
+        abi = lib.edgenlp_abi_version() if hasattr(lib, "edgenlp_abi_version") else 0
+        if abi < ABI_VERSION:
+            raise EdgeNLPError(f"the native runtime {path} is too old (C ABI level {abi}, this edgenlp needs "
+                               f"{ABI_VERSION}): rebuild it with `bash runtime/build.sh`")
         h = ctypes.c_void_p
         c_size = ctypes.c_size_t
         i64p = ctypes.POINTER(ctypes.c_int64)
         f32p = ctypes.POINTER(ctypes.c_float)
         sig = {
             "edgenlp_version": (ctypes.c_int, []),
+            "edgenlp_abi_version": (ctypes.c_int, []),
+            "edgenlp_bundle_format_version": (ctypes.c_int, []),
             "edgenlp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
             "edgenlp_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(h)]),
             "edgenlp_open_ex": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(h)]),
@@ -133,7 +145,7 @@ def load_library() -> ctypes.CDLL:
             fn = getattr(lib, name)
             fn.restype = restype
             fn.argtypes = argtypes
-        log.debug("loaded %s (version %d)", path, lib.edgenlp_version())
+        log.debug("loaded %s (version %d, ABI %d)", path, lib.edgenlp_version(), abi)
         _lib = lib
         return lib
 

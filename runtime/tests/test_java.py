@@ -106,3 +106,35 @@ def test_java_binding_under_asan(host_sdk, tiny_bundle, tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Sanitizer" not in proc.stderr and "runtime error" not in proc.stderr
     assert "all checks passed" in proc.stderr
+
+
+@pytest.mark.cross
+def test_java_binding_under_qemu(host_build, tiny_bundle, tmp_path, tmp_path_factory):
+    """The aarch64 archive's jar + JNI library on Debian's aarch64 JVM under qemu-aarch64 (Cortex-A76)."""
+    from native_testing import unpack
+
+    for tool in ("qemu-aarch64", "aarch64-linux-gnu-g++", "dpkg-deb", "apt-get"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} missing: needed to cross-build and to fetch the aarch64 JVM")
+    if not (host_build / "java/edgenlp-tests.jar").is_file():
+        pytest.skip("no JDK on the build host: the Java binding was not built")
+    fetch = subprocess.run(["bash", str(RUNTIME / "java/fetch_jre.sh")], capture_output=True, text=True, timeout=600)
+    if fetch.returncode != 0:
+        pytest.skip(f"cannot fetch Debian's aarch64 JVM: {fetch.stderr.strip()[-300:]}")
+    root = Path(fetch.stdout.strip().splitlines()[-1])
+    sdk = unpack(build("--arch", "aarch64", "--package"), tmp_path_factory.mktemp("sdk-aarch64-java"))
+    jar = next((sdk / "share/java").glob("edgenlp-*.jar"))
+    prefix = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu", "-cpu", "cortex-a76",
+              "-E", f"LD_LIBRARY_PATH={root}/lib/aarch64-linux-gnu"]
+    java = str(root / "usr/lib/jvm/java-17-openjdk-arm64/bin/java")
+    proc = run_self_test(java, jar, host_build / "java/edgenlp-tests.jar", sdk / "lib", tiny_bundle, tmp_path,
+                         prefix=(*prefix,))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "all checks passed" in proc.stderr
+    (tmp_path / "host").mkdir()
+    host = run_self_test(_java(), host_build / f"java/{jar.name}", host_build / "java/edgenlp-tests.jar",
+                         host_build / "java", tiny_bundle, tmp_path / "host")
+    a = [o for o in _lines(proc.stdout) if "probabilities" in o]
+    b = [o for o in _lines(host.stdout) if "probabilities" in o]
+    assert [x["index"] for x in a] == [x["index"] for x in b]
+    np.testing.assert_allclose([x["probabilities"] for x in a], [x["probabilities"] for x in b], atol=1e-4)

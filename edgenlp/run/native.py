@@ -8,9 +8,10 @@ process's libtorch::
         logits = runner.predict_logits(["a gripping film", "dull"])   # float32 [2, num_labels]
     native_tokenize("out/minilm-sst2", ["Hello, world!"])             # [[101, 7592, 1010, 2088, 999, 102]]
 
-The library is looked up in ``$EDGENLP_NATIVE_LIB``, then in
-``runtime/build/<arch>/libedgenlp.so`` of the source tree (what
-``bash runtime/build.sh`` writes).
+The library is looked up in ``$EDGENLP_NATIVE_LIB``, then inside the installed
+package (``edgenlp/_native/lib/``, what the wheel of ``tools/build_wheel.sh``
+carries), then in ``runtime/build/<arch>/libedgenlp.so`` of the source tree
+(what ``bash runtime/build.sh`` writes).
 """
 
 from __future__ import annotations
@@ -90,12 +91,37 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
+# Where the wheel puts the native runtime (pyproject.toml [tool.scikit-build] wheel.install-dir).
+PACKAGED = Path(__file__).resolve().parents[1] / "_native"
+
+
 def library_path() -> Path:
-    """Where libedgenlp is expected: ``$EDGENLP_NATIVE_LIB`` or the host build dir."""
+    """Where libedgenlp is expected: ``$EDGENLP_NATIVE_LIB``, the installed wheel's copy, or the host build dir."""
     env = os.environ.get("EDGENLP_NATIVE_LIB")
     if env:
         return Path(env)
+    packaged = sorted((PACKAGED / "lib").glob("libedgenlp.so*"), key=lambda p: len(p.name))
+    if packaged:
+        return packaged[0]
     return REPO / "runtime" / "build" / host_arch() / "libedgenlp.so"
+
+
+def runner_path() -> Path:
+    """``edgenlp-run`` beside the library: the installed wheel's copy or the host build dir's."""
+    if (PACKAGED / "bin" / "edgenlp-run").is_file():
+        return PACKAGED / "bin" / "edgenlp-run"
+    return REPO / "runtime" / "build" / host_arch() / "edgenlp-run"
+
+
+def run_main() -> None:
+    """The ``edgenlp-run`` console script: exec the native runner with this process's arguments."""
+    import sys
+
+    path = runner_path()
+    if not path.is_file():
+        raise SystemExit(f"edgenlp-run: error: the native runner is not built: {path} is missing; "
+                         "run `bash runtime/build.sh`")
+    os.execv(path, [str(path), *sys.argv[1:]])
 
 
 def load_library() -> ctypes.CDLL:

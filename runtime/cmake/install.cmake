@@ -12,6 +12,8 @@
 #   DIR/share/doc/edgenlp/README.md                    (also at the top of the archive)
 #
 # Every path is relative to DIR: the tree can be moved or unpacked anywhere.
+# Components: "runtime" (the libraries and edgenlp-run: what the Python wheel carries),
+# "dev" (header, CMake and pkg-config files, example, README), "java".
 include(CMakePackageConfigHelpers)
 
 set(EDGENLP_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/edgenlp")
@@ -22,14 +24,14 @@ set_target_properties(edgenlp PROPERTIES INSTALL_RPATH "\$ORIGIN")
 set_target_properties(edgenlp-run PROPERTIES INSTALL_RPATH "\$ORIGIN/${_edgenlp_bin_to_lib}")
 
 install(TARGETS edgenlp EXPORT edgenlpTargets
-        LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}"
+        LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT runtime NAMELINK_COMPONENT dev
         INCLUDES DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(FILES include/edgenlp.h DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}")
-install(TARGETS edgenlp-run RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
+install(FILES include/edgenlp.h DESTINATION "${CMAKE_INSTALL_INCLUDEDIR}" COMPONENT dev)
+install(TARGETS edgenlp-run RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}" COMPONENT runtime)
 
 # The ExecuTorch libraries from the wheel, with their RUNPATH (wheel-internal
 # directories) replaced by $ORIGIN: they load each other from lib/.
-install(PROGRAMS ${ET_LIBS} DESTINATION "${CMAKE_INSTALL_LIBDIR}")
+install(PROGRAMS ${ET_LIBS} DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT runtime)
 set(_edgenlp_et_names)
 foreach(lib IN LISTS ET_LIBS)
   get_filename_component(_name "${lib}" NAME)
@@ -40,32 +42,35 @@ install(CODE "
     file(RPATH_SET FILE \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/\${_lib}\"
          NEW_RPATH \"\\\$ORIGIN\")
   endforeach()
-")
+" COMPONENT runtime)
 
 if(EDGENLP_JAVA_BUILT)
   set_target_properties(edgenlp_jni PROPERTIES INSTALL_RPATH "\$ORIGIN")
-  install(TARGETS edgenlp_jni LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}")
-  install_jar(edgenlp_java DESTINATION "${CMAKE_INSTALL_DATADIR}/java")
+  install(TARGETS edgenlp_jni LIBRARY DESTINATION "${CMAKE_INSTALL_LIBDIR}" COMPONENT java)
+  install_jar(edgenlp_java DESTINATION "${CMAKE_INSTALL_DATADIR}/java" COMPONENT java)
+  install(FILES java/src/examples/java/Classify.java DESTINATION "${CMAKE_INSTALL_DATADIR}/edgenlp/examples/java"
+          COMPONENT java)
 endif()
 
 # find_package(edgenlp CONFIG): the imported target edgenlp::edgenlp.
-install(EXPORT edgenlpTargets NAMESPACE edgenlp:: DESTINATION "${EDGENLP_INSTALL_CMAKEDIR}")
+install(EXPORT edgenlpTargets NAMESPACE edgenlp:: DESTINATION "${EDGENLP_INSTALL_CMAKEDIR}" COMPONENT dev)
 configure_package_config_file(cmake/edgenlpConfig.cmake.in "${CMAKE_CURRENT_BINARY_DIR}/edgenlpConfig.cmake"
                               INSTALL_DESTINATION "${EDGENLP_INSTALL_CMAKEDIR}")
 # Within one major version the C API only grows (include/edgenlp.h, "Versions").
 write_basic_package_version_file("${CMAKE_CURRENT_BINARY_DIR}/edgenlpConfigVersion.cmake"
                                  COMPATIBILITY SameMajorVersion)
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/edgenlpConfig.cmake" "${CMAKE_CURRENT_BINARY_DIR}/edgenlpConfigVersion.cmake"
-        DESTINATION "${EDGENLP_INSTALL_CMAKEDIR}")
+        DESTINATION "${EDGENLP_INSTALL_CMAKEDIR}" COMPONENT dev)
 
 # pkg-config: prefix found from the .pc file's own directory.
 file(RELATIVE_PATH EDGENLP_PC_PREFIX "/_/${EDGENLP_INSTALL_PKGCONFIGDIR}" "/_")
 string(REGEX REPLACE "/$" "" EDGENLP_PC_PREFIX "${EDGENLP_PC_PREFIX}")
 configure_file(cmake/edgenlp.pc.in "${CMAKE_CURRENT_BINARY_DIR}/edgenlp.pc" @ONLY)
-install(FILES "${CMAKE_CURRENT_BINARY_DIR}/edgenlp.pc" DESTINATION "${EDGENLP_INSTALL_PKGCONFIGDIR}")
+install(FILES "${CMAKE_CURRENT_BINARY_DIR}/edgenlp.pc" DESTINATION "${EDGENLP_INSTALL_PKGCONFIGDIR}" COMPONENT dev)
 
-install(FILES examples/classify.c examples/CMakeLists.txt DESTINATION "${CMAKE_INSTALL_DATADIR}/edgenlp/examples")
-install(FILES sdk/README.md DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/edgenlp")
+install(FILES examples/classify.c examples/CMakeLists.txt DESTINATION "${CMAKE_INSTALL_DATADIR}/edgenlp/examples"
+        COMPONENT dev)
+install(FILES sdk/README.md DESTINATION "${CMAKE_INSTALL_DATADIR}/doc/edgenlp" COMPONENT dev)
 
 # cpack (build.sh --package): edgenlp-runtime-<version>-linux-<arch>.tar.gz, stripped.
 set(CPACK_GENERATOR TGZ)

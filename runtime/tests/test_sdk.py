@@ -227,3 +227,16 @@ def test_newer_bundle_format_is_refused_clearly(tiny_bundle, tmp_path, host_buil
     assert proc.returncode == ExitCode.USER_ERROR and proc.stderr.count("\n") == 1 and "newer" in proc.stderr
     r = CliRunner().invoke(main, ["run", str(b), "x", "--runtime", "native"])
     assert r.exit_code == ExitCode.USER_ERROR and "format_version" in r.output and "Traceback" not in r.output
+
+
+def test_cmake_install_matches_the_archive(host_build, host_sdk, tmp_path):
+    """`cmake --install` into a prefix writes what the archive holds (the archive adds README.md at its top)."""
+    _require("cmake")
+    proc = subprocess.run(["cmake", "--install", str(host_build), "--prefix", str(tmp_path / "prefix"), "--strip"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    installed = {p.relative_to(tmp_path / "prefix").as_posix() for p in (tmp_path / "prefix").rglob("*")
+                 if not p.is_dir()}
+    packaged = {p.relative_to(host_sdk).as_posix() for p in host_sdk.rglob("*") if not p.is_dir()}
+    assert installed == packaged - {"README.md"}
+    assert _dynamic(tmp_path / "prefix/lib/libexecutorch.so", "RUNPATH") == ["$ORIGIN"]

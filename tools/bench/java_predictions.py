@@ -58,6 +58,7 @@ def main() -> None:
     ap.add_argument("--split", default="dev")
     ap.add_argument("--data-dir", type=Path)
     ap.add_argument("--out", type=Path, default=REPO / "tools/bench/results")
+    ap.add_argument("--note", default="", help="a sentence about the bundle, printed under the table")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from edgenlp.run.base import get_runner, softmax
@@ -88,7 +89,9 @@ def main() -> None:
         "", "| texts | agree | disagree | accuracy (Java) | accuracy (ExecuTorch Python) | max abs prob diff |",
         "|---|---|---|---|---|---|",
         f"| {len(texts)} | {agree} | {len(texts) - agree} | {result['accuracy_java']:.4f} | "
-        f"{result['accuracy_executorch']:.4f} | {result['max_abs_prob_diff']:.1e} |", ""])
+        f"{result['accuracy_executorch']:.4f} | {result['max_abs_prob_diff']:.1e} |", "",
+        f"Load average at the end: {result['load_avg'][0]}. {args.note}".strip(), ""])
+    result["note"] = args.note
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in (("java_predictions.json", json.dumps(result, indent=2) + "\n"), ("java_predictions.md", md)):
         (args.out / (name + ".tmp")).write_text(text)

@@ -7,6 +7,6 @@ Importing this package has no side effects; heavy modules (torch, executorch,
 onnxruntime) are imported by the functions that need them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"
 
 __all__ = ["__version__"]

@@ -5,6 +5,8 @@
 #   bash runtime/build.sh --arch aarch64          # cross -> runtime/build/aarch64 (downloads the aarch64 wheel once)
 #   bash runtime/build.sh --sanitize              # ASan + UBSan -> runtime/build-asan/x86_64
 #   bash runtime/build.sh --build-dir DIR --fuzz  # libFuzzer targets (clang)
+#   bash runtime/build.sh [--arch A] --package    # + the SDK archive (stripped):
+#       runtime/dist/edgenlp-runtime-<version>-linux-<arch>.tar.gz; prints its path last
 #
 # Environment: PYTHON (default .venv/bin/python or python3), JOBS,
 # EDGENLP_WITH_QUANTIZED_KERNELS (ON by default; OFF leaves the quantized kernels out).
@@ -15,14 +17,16 @@ repo="$(dirname "$here")"
 arch="$(uname -m)"
 sanitize=0
 fuzz=0
+package=0
 build_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) arch="$2"; shift 2 ;;
     --sanitize) sanitize=1; shift ;;
     --fuzz) fuzz=1; shift ;;
+    --package) package=1; shift ;;
     --build-dir) build_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -82,3 +86,16 @@ cmake -S "$here" -B "$build_dir" -DEXECUTORCH_ROOT="$et_root" "${cmake_args[@]}"
 cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- --no-print-directory >"$build_dir.build.log" 2>&1 \
   || { tail -50 "$build_dir.build.log" >&2; exit 1; }
 echo "$build_dir"
+
+if [[ $package -eq 1 ]]; then
+  [[ $sanitize -eq 0 && $fuzz -eq 0 ]] || { echo "build.sh: --package makes a release build only" >&2; exit 2; }
+  # cpack stages a stripped install (cmake/install.cmake) and tars it; the archive
+  # appears in runtime/dist/ only once complete.
+  rm -rf "$build_dir/package"
+  (cd "$build_dir" && cpack -G TGZ -B "$build_dir/package") >"$build_dir.package.log" 2>&1 \
+    || { tail -50 "$build_dir.package.log" >&2; exit 1; }
+  archive="$(ls "$build_dir"/package/edgenlp-runtime-*.tar.gz)"
+  mkdir -p "$here/dist"
+  mv -f "$archive" "$here/dist/"
+  echo "$here/dist/$(basename "$archive")"
+fi

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Install the Debian packages the native runtime needs to build and test:
 # host toolchain, aarch64 cross toolchain, qemu-user for running aarch64 tests,
-# clang for libFuzzer, the OpenSSH server and client (the board tests start a
-# throw-away sshd on localhost). Idempotent and quiet: apt is skipped when all are present.
+# clang for libFuzzer, SIMDe (runs the AVX-512 kernels' tester on hosts without AVX-512), a JDK (the Java
+# binding), the OpenSSH server and client (the board tests start a
+# throw-away sshd on localhost), a JDK for the Java binding (runtime/java). Idempotent and quiet: apt is skipped when all are present.
 #
 #   bash runtime/setup_deps.sh            # host + cross + fuzz toolchains
 #   bash runtime/setup_deps.sh --host     # host build only (cmake, g++)
 set -euo pipefail
 
 host_pkgs=(cmake g++ make)
-extra_pkgs=(g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev openssh-client openssh-server)
+extra_pkgs=(g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev openssh-client openssh-server default-jdk-headless libsimde-dev)
 
 pkgs=("${host_pkgs[@]}")
 if [[ "${1:-}" != "--host" ]]; then

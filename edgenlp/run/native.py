@@ -8,9 +8,10 @@ process's libtorch::
         logits = runner.predict_logits(["a gripping film", "dull"])   # float32 [2, num_labels]
     native_tokenize("out/minilm-sst2", ["Hello, world!"])             # [[101, 7592, 1010, 2088, 999, 102]]
 
-The library is looked up in ``$EDGENLP_NATIVE_LIB``, then in
-``runtime/build/<arch>/libedgenlp.so`` of the source tree (what
-``bash runtime/build.sh`` writes).
+The library is looked up in ``$EDGENLP_NATIVE_LIB``, then inside the installed
+package (``edgenlp/_native/lib/``, what the wheel of ``tools/build_wheel.sh``
+carries), then in ``runtime/build/<arch>/libedgenlp.so`` of the source tree
+(what ``bash runtime/build.sh`` writes).
 """
 
 from __future__ import annotations
@@ -51,13 +52,19 @@ class Status(enum.IntEnum):
     ERR_NO_MODEL = 8
     ERR_OUT_OF_MEMORY = 9
     ERR_INTERNAL = 10
+    ERR_BUNDLE_FORMAT = 11
 
+
+# The C ABI level (EDGENLP_ABI_VERSION of edgenlp.h) whose functions this module calls; an
+# older library is refused with a message instead of failing on a missing symbol.
+ABI_VERSION = 3
 
 # edgenlp_open_ex flags
 OPEN_SKIP_VERIFY = 1
 OPEN_LOAD_ALL_METHODS = 2
 OPEN_NO_WEIGHT_CACHE = 4
-_BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL)
+_BUNDLE_ERRORS = (Status.ERR_IO, Status.ERR_BUNDLE, Status.ERR_CHECKSUM, Status.ERR_MODEL, Status.ERR_NO_MODEL,
+                  Status.ERR_BUNDLE_FORMAT)
 
 _lib: ctypes.CDLL | None = None
 _lib_lock = threading.Lock()
@@ -84,17 +91,43 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(m, m)
 
 
+# Where the wheel puts the native runtime (pyproject.toml [tool.scikit-build] wheel.install-dir).
+PACKAGED = Path(__file__).resolve().parents[1] / "_native"
+
+
 def library_path() -> Path:
-    """Where libedgenlp is expected: ``$EDGENLP_NATIVE_LIB`` or the host build dir."""
+    """Where libedgenlp is expected: ``$EDGENLP_NATIVE_LIB``, the installed wheel's copy, or the host build dir."""
     env = os.environ.get("EDGENLP_NATIVE_LIB")
     if env:
         return Path(env)
+    packaged = sorted((PACKAGED / "lib").glob("libedgenlp.so*"), key=lambda p: len(p.name))
+    if packaged:
+        return packaged[0]
     return REPO / "runtime" / "build" / host_arch() / "libedgenlp.so"
 
 
 def native_available() -> bool:
     """Whether the native runtime is built for this host (the runners that need it can be offered)."""
     return library_path().is_file()
+
+
+def runner_path() -> Path:
+    """``edgenlp-run`` beside the library: the installed wheel's copy or the host build dir's."""
+    if (PACKAGED / "bin" / "edgenlp-run").is_file():
+        return PACKAGED / "bin" / "edgenlp-run"
+    return REPO / "runtime" / "build" / host_arch() / "edgenlp-run"
+
+
+def run_main() -> None:
+    """The ``edgenlp-run`` console script: exec the native runner with this process's arguments."""
+    import sys
+
+    path = runner_path()
+    if not path.is_file():
+        print(f"error: edgenlp-run: the native runner is not built: {path} is missing; run `bash runtime/build.sh`",
+              file=sys.stderr)
+        raise SystemExit(2)
+    os.execv(path, [str(path), *sys.argv[1:]])
 
 
 def load_library() -> ctypes.CDLL:
@@ -113,12 +146,18 @@ def load_library() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
         except OSError as exc:
             raise EdgeNLPError(f"cannot load the native runtime {path}: {exc}") from exc
+        abi = lib.edgenlp_abi_version() if hasattr(lib, "edgenlp_abi_version") else 0
+        if abi < ABI_VERSION:
+            raise EdgeNLPError(f"the native runtime {path} is too old (C ABI level {abi}, this edgenlp needs "
+                               f"{ABI_VERSION}): rebuild it with `bash runtime/build.sh`")
         h = ctypes.c_void_p
         c_size = ctypes.c_size_t
         i64p = ctypes.POINTER(ctypes.c_int64)
         f32p = ctypes.POINTER(ctypes.c_float)
         sig = {
             "edgenlp_version": (ctypes.c_int, []),
+            "edgenlp_abi_version": (ctypes.c_int, []),
+            "edgenlp_bundle_format_version": (ctypes.c_int, []),
             "edgenlp_status_string": (ctypes.c_char_p, [ctypes.c_int]),
             "edgenlp_open": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(h)]),
             "edgenlp_open_ex": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_uint32, ctypes.POINTER(h)]),
@@ -138,7 +177,7 @@ def load_library() -> ctypes.CDLL:
             fn = getattr(lib, name)
             fn.restype = restype
             fn.argtypes = argtypes
-        log.debug("loaded %s (version %d)", path, lib.edgenlp_version())
+        log.debug("loaded %s (version %d, ABI %d)", path, lib.edgenlp_version(), abi)
         _lib = lib
         return lib
 

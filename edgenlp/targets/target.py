@@ -78,9 +78,13 @@ class TargetError(EdgeNLPError):
 
 
 def targets_dir() -> Path:
-    """The folder of built-in targets: ``$EDGENLP_TARGETS_DIR`` or the repository's ``targets/``."""
+    """The folder of built-in targets: ``$EDGENLP_TARGETS_DIR``, the repository's ``targets/``, or the wheel's copy."""
     env = os.environ.get("EDGENLP_TARGETS_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "targets"
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2] / "targets"
+    packaged = Path(__file__).resolve().parents[1] / "_data" / "targets"  # pyproject.toml wheel.packages
+    return packaged if not repo.is_dir() and packaged.is_dir() else repo
 
 
 def _positive(name: str, value, *, allow_none: bool = False) -> None:

@@ -1,7 +1,10 @@
 /*
  * classify.c: the smallest program that classifies text with an edgenlp bundle.
  *
- *   cc classify.c -I runtime/include -L runtime/build/x86_64 -ledgenlp -o classify
+ * Against an installed SDK (cmake --install, or the unpacked edgenlp-runtime archive):
+ *   cc classify.c $(pkg-config --cflags --libs edgenlp) \
+ *      -Wl,-rpath,$(pkg-config --variable=libdir edgenlp) -o classify
+ * or with CMake: CMakeLists.txt beside this file (find_package(edgenlp)).
  *   ./classify out/minilm-sst2 "a gripping, funny film"
  */
 #include <stdio.h>
@@ -14,6 +17,12 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s BUNDLE TEXT...\n", argv[0]);
     return 2;
+  }
+  /* The library may be older than the header this was compiled with. */
+  if (edgenlp_abi_version() < EDGENLP_ABI_VERSION) {
+    fprintf(stderr, "error: libedgenlp ABI level %d is older than this program needs (%d)\n",
+            edgenlp_abi_version(), EDGENLP_ABI_VERSION);
+    return 1;
   }
   edgenlp_handle* h = NULL;
   edgenlp_status st = edgenlp_open(argv[1], &h);

@@ -41,15 +41,35 @@
  *     process-wide thread pool, so edgenlp_set_threads() changes the worker
  *     count for every handle in the process and must not run while another
  *     handle is inside a classify call.
- *   - edgenlp_version(), edgenlp_status_string() are always safe.
+ *   - edgenlp_version(), edgenlp_abi_version(), edgenlp_bundle_format_version()
+ *     and edgenlp_status_string() are always safe.
+ *
+ * Versions (one release version for the C API, the Java API, the Python
+ * package and the bundle format they read; see CHANGELOG.md)
+ *   - EDGENLP_VERSION / edgenlp_version(): the release, MAJOR.MINOR.PATCH.
+ *   - EDGENLP_ABI_VERSION / edgenlp_abi_version(): a counter raised by one
+ *     whenever a function, flag or status code is added (see the table
+ *     below). An application compiled against ABI level N runs on any
+ *     library whose edgenlp_abi_version() >= N; check it at start-up when
+ *     the library may be swapped underneath the application.
+ *   - EDGENLP_BUNDLE_FORMAT_VERSION / edgenlp_bundle_format_version(): the
+ *     newest manifest "format_version" this library reads. Opening a bundle
+ *     of a newer format fails with EDGENLP_ERR_BUNDLE_FORMAT.
  *
  * ABI
  *   - Only the functions below are exported (the library is built with
  *     hidden visibility). Handles are opaque; no struct layout is part of
  *     the ABI. Enum values are fixed; new codes are only ever appended.
  *   - Within one MAJOR version, functions are only added, never changed or
- *     removed. Compare edgenlp_version() with EDGENLP_VERSION at run time
- *     if the library may be swapped underneath the application.
+ *     removed, and the soname (libedgenlp.so.MAJOR) stays the same.
+ *
+ *   ABI level  release  added
+ *   1          0.1.0    edgenlp_version ... edgenlp_write_etdump
+ *   2          0.2.0    edgenlp_open_ex, EDGENLP_OPEN_* flags
+ *   3          0.3.0    edgenlp_abi_version, edgenlp_bundle_format_version,
+ *                       EDGENLP_ERR_BUNDLE_FORMAT
+ *   (Adding to the API: append a row, raise EDGENLP_ABI_VERSION by one and
+ *   mark the new declarations "Since ABI N".)
  */
 #ifndef EDGENLP_H_
 #define EDGENLP_H_
@@ -58,11 +78,15 @@
 #include <stdint.h>
 
 #define EDGENLP_VERSION_MAJOR 0
-#define EDGENLP_VERSION_MINOR 2
+#define EDGENLP_VERSION_MINOR 3
 #define EDGENLP_VERSION_PATCH 0
 /* Encoded as MAJOR * 10000 + MINOR * 100 + PATCH. */
 #define EDGENLP_VERSION \
   (EDGENLP_VERSION_MAJOR * 10000 + EDGENLP_VERSION_MINOR * 100 + EDGENLP_VERSION_PATCH)
+/* ABI level of this header (see "Versions" above). */
+#define EDGENLP_ABI_VERSION 3
+/* Newest bundle manifest format_version this library reads. */
+#define EDGENLP_BUNDLE_FORMAT_VERSION 1
 
 #if defined(_WIN32)
 #define EDGENLP_API __declspec(dllexport)
@@ -85,7 +109,8 @@ typedef enum edgenlp_status {
   EDGENLP_ERR_BUFFER_TOO_SMALL = 7, /* an output array is too small */
   EDGENLP_ERR_NO_MODEL = 8,         /* the bundle has no model.pte (tokenizer only) */
   EDGENLP_ERR_OUT_OF_MEMORY = 9,
-  EDGENLP_ERR_INTERNAL = 10
+  EDGENLP_ERR_INTERNAL = 10,
+  EDGENLP_ERR_BUNDLE_FORMAT = 11    /* the bundle's format_version is newer than this library reads. Since ABI 3 */
 } edgenlp_status;
 
 /* An open bundle. Opaque. */
@@ -93,6 +118,12 @@ typedef struct edgenlp_handle edgenlp_handle;
 
 /* Library version, encoded like EDGENLP_VERSION. */
 EDGENLP_API int edgenlp_version(void);
+
+/* ABI level of the library (EDGENLP_ABI_VERSION it was built with). Since ABI 3. */
+EDGENLP_API int edgenlp_abi_version(void);
+
+/* Newest bundle format_version the library reads. Since ABI 3. */
+EDGENLP_API int edgenlp_bundle_format_version(void);
 
 /* Static English name of a status code ("ok", "invalid utf-8", ...). */
 EDGENLP_API const char* edgenlp_status_string(edgenlp_status status);

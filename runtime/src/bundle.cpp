@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 
+#include "edgenlp.h"
 #include "json.h"
 #include "sha256.h"
 
@@ -19,6 +20,13 @@ namespace edgenlp {
 namespace {
 
 constexpr std::size_t kMaxManifestBytes = 16u << 20;
+constexpr int kBundleFormatVersion = EDGENLP_BUNDLE_FORMAT_VERSION;
+#define EDGENLP_STR2(x) #x
+#define EDGENLP_STR(x) EDGENLP_STR2(x)
+constexpr const char* kLibraryVersion =
+    EDGENLP_STR(EDGENLP_VERSION_MAJOR) "." EDGENLP_STR(EDGENLP_VERSION_MINOR) "." EDGENLP_STR(EDGENLP_VERSION_PATCH);
+#undef EDGENLP_STR
+#undef EDGENLP_STR2
 
 bool safe_relative(const std::string& name) {
   if (name.empty() || name[0] == '/' || name.find('\\') != std::string::npos) return false;
@@ -161,8 +169,16 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
   if (fmt == nullptr || !fmt->is_string() || fmt->as_string() != "edgenlp-bundle")
     return invalid("\"format\" must be \"edgenlp-bundle\"");
   const json::Value* ver = m.get("format_version");
-  if (ver == nullptr || !ver->is_number() || ver->as_number() != 1)
-    return invalid("\"format_version\" must be 1 (this runtime reads version 1)");
+  if (ver == nullptr || !ver->is_number() || !(ver->as_number() >= 1 && ver->as_number() <= 1e6) ||
+      std::floor(ver->as_number()) != ver->as_number())
+    return invalid("\"format_version\" must be a positive integer");
+  if (ver->as_number() > kBundleFormatVersion) {
+    *error = manifest_path + ": bundle format_version " + std::to_string(static_cast<long>(ver->as_number())) +
+             " is newer than this libedgenlp (" + kLibraryVersion + ") reads (format_version " +
+             std::to_string(kBundleFormatVersion) + "): update libedgenlp, or export the bundle with edgenlp " +
+             kLibraryVersion;
+    return BundleStatus::kFormat;
+  }
 
   // "files": names and digests first. Nothing is read before it is verified.
   const json::Value* files = m.get("files");

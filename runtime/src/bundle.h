@@ -62,7 +62,8 @@ struct BundleInfo {
   std::vector<MethodInfo> methods;   // sorted by seq_len
 };
 
-enum class BundleStatus { kOk, kIo, kInvalid, kChecksum };
+// kFormat: the manifest's format_version is newer than this library reads.
+enum class BundleStatus { kOk, kIo, kInvalid, kChecksum, kFormat };
 
 struct BundleOptions {
   bool verify = true;  // check the sha256 of every file read against the manifest

@@ -249,6 +249,8 @@ struct edgenlp_handle {
         return fail(EDGENLP_ERR_BUNDLE, err);
       case edgenlp::BundleStatus::kChecksum:
         return fail(EDGENLP_ERR_CHECKSUM, err);
+      case edgenlp::BundleStatus::kFormat:
+        return fail(EDGENLP_ERR_BUNDLE_FORMAT, err);
     }
     if (!tokenizer.load_from_string(info.vocab_text, info.tokenizer, &err))
       return fail(EDGENLP_ERR_BUNDLE, info.vocab_path + ": " + err);
@@ -394,6 +396,10 @@ extern "C" {
 
 EDGENLP_API int edgenlp_version(void) { return EDGENLP_VERSION; }
 
+EDGENLP_API int edgenlp_abi_version(void) { return EDGENLP_ABI_VERSION; }
+
+EDGENLP_API int edgenlp_bundle_format_version(void) { return EDGENLP_BUNDLE_FORMAT_VERSION; }
+
 EDGENLP_API const char* edgenlp_status_string(edgenlp_status status) {
   switch (status) {
     case EDGENLP_OK: return "ok";
@@ -407,6 +413,7 @@ EDGENLP_API const char* edgenlp_status_string(edgenlp_status status) {
     case EDGENLP_ERR_NO_MODEL: return "bundle has no model";
     case EDGENLP_ERR_OUT_OF_MEMORY: return "out of memory";
     case EDGENLP_ERR_INTERNAL: return "internal error";
+    case EDGENLP_ERR_BUNDLE_FORMAT: return "bundle format too new";
   }
   return "unknown status";
 }

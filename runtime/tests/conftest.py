@@ -6,13 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from native_testing import DATA, MINILM_VOCAB, SENTENCES, build, cached_bundle, trim_ids, write_bundle  # noqa: F401
+from native_testing import (DATA, MINILM_VOCAB, SENTENCES, build, cached_bundle, trim_ids, unpack,  # noqa: F401
+                            write_bundle)
 
 
 @pytest.fixture(scope="session")
 def host_build() -> Path:
     """The host build dir; (re)builds when sources are newer (make is incremental, ~1 s when up to date)."""
     return build()
+
+
+@pytest.fixture(scope="session")
+def host_sdk(tmp_path_factory, host_build) -> Path:
+    """The host SDK archive (build.sh --package) unpacked outside the source tree: what an app vendors."""
+    return unpack(build("--package"), tmp_path_factory.mktemp("sdk-host"))
 
 
 @pytest.fixture(scope="session")

@@ -43,6 +43,16 @@ def build(*args: str) -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+def unpack(archive: Path, dest: Path) -> Path:
+    """Unpack an SDK archive (build.sh --package) into dest; return its top directory."""
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="tar")
+    (top,) = [p for p in dest.iterdir() if p.is_dir()]
+    return top
+
+
 def hf_ids(tok, texts, *, max_len: int) -> list[list[int]]:
     return tok(list(texts), truncation=True, max_length=max_len)["input_ids"]
 

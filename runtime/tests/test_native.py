@@ -198,7 +198,8 @@ CORRUPTIONS = {
     "truncated_pte": (_truncate_pte_rehashed, Status.ERR_MODEL),
     "path_escape": (_set("files", {"../etc/passwd": "0" * 64}), Status.ERR_BUNDLE),
     "no_labels": (_set("labels", []), Status.ERR_BUNDLE),
-    "bad_version": (_set("format_version", 2), Status.ERR_BUNDLE),
+    "bad_version": (_set("format_version", 0), Status.ERR_BUNDLE),
+    "newer_format": (_set("format_version", 2), Status.ERR_BUNDLE_FORMAT),
     "max_seq_len_1": (_set("max_seq_len", 1), Status.ERR_BUNDLE),
     "wrong_labels": (_set("labels", ["a", "b", "c"]), Status.ERR_BUNDLE),
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages the native runtime needs to build and test:
 # host toolchain, aarch64 cross toolchain, qemu-user for running aarch64 tests,
-# clang for libFuzzer, SIMDe (runs the AVX-512 kernels' tester on hosts without AVX-512), a JDK (the Java
-# binding), the OpenSSH server and client (the board tests start a
-# throw-away sshd on localhost), a JDK for the Java binding (runtime/java). Idempotent and quiet: apt is skipped when all are present.
+# clang for libFuzzer, the OpenSSH server and client (the board tests start a throw-away sshd on
+# localhost), a JDK for the Java binding (runtime/java) and SIMDe (the AVX-512 kernels' tester runs
+# under its emulation on hosts without AVX-512). Idempotent and quiet: apt is skipped when all are present.
 #
 #   bash runtime/setup_deps.sh            # host + cross + fuzz toolchains
 #   bash runtime/setup_deps.sh --host     # host build only (cmake, g++)

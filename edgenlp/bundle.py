@@ -35,6 +35,67 @@ Manifest keys (``format_version`` 1)::
                 (edgenlp.quantize.vocab: {"format": "edgenlp-vocab-map", "version": 1,
                 "source_vocab_size", "unk_id" (new id), "kept": [ascending old ids]})
     export      {config{...}, seconds{...}, environment{...}}
+    dynamic     (dynamic bundles only) the segments, exits, rule and token pruning; see below
+
+Dynamic bundles (optional ``dynamic`` key; absent = a static bundle, run as before)
+----------------------------------------------------------------------------------
+A dynamic bundle is a complete static bundle plus segments, so a runtime
+that does not know segments runs it as the static model. ``model.pte`` holds,
+besides ``forward_<S>`` (still the only methods ``artifacts.pte.methods``
+lists), ``embed_<S>`` and ``seg<k>_<S>`` for every bucket ``S``, all in one
+program sharing one copy of the weights (``sizes["model.pte"]`` stays within a
+few percent of the static program's plus the exit heads). ONNX gets one file
+per segment beside the static ``model.onnx``: ``model.embed.onnx`` and
+``model.seg<k>.onnx``, batch 1 and a dynamic ``seq`` axis (any length, no
+buckets)::
+
+    dynamic {
+      version     1
+      num_layers  L;  hidden H;  num_labels C
+      mask_bias   -1e9        the additive attention bias of a padded position (0 for a token)
+      buckets     [S, ...]    ascending sequence lengths of the pte segment methods
+      embedding   {pte: {"S": "embed_S", ...}, onnx: "model.embed.onnx"}
+                  input_ids int64 [1, S] -> hidden float32 [1, S, H]
+      segments    [{index: k, layers: [first, last], exit: bool, tokens: bool,
+                    outputs: ["hidden", "logits" (exit), "importance" (tokens)],
+                    pte: {"S": "seg<k>_S", ...}, onnx: "model.seg<k>.onnx"}, ...]
+                  in execution order, covering layers 1..L once (1-based, inclusive). Inputs:
+                  hidden float32 [1, S, H], bias float32 [1, S]; outputs in the order listed:
+                  hidden [1, S, H], logits [1, C] where the segment ends at an exit (the last
+                  segment's are the model's own classifier), importance [1, S] where tokens may
+                  drop after it (the attention each token receives, averaged over heads and
+                  summed over the real queries: importances average 1 over a sentence).
+                  In the ONNX files the hidden-state output is named ``hidden_out``.
+      spec        {num_layers, exits, rule, threshold, tokens, token_layers, token_thresholds, keep_ratio}
+                  (edgenlp.dynamic.spec.DynamicSpec; exits are layer numbers, the last is L)
+      rule        {name: "maxprob"|"entropy"|"patience", threshold, range: [lo, hi], stops_when}
+      tokens      {mode: "none"|"ltp"|"keep", layers: [l, ...], thresholds: [per layer 1..L, null where
+                   none], keep_ratio: R, always_keep: ["first", "last"]}
+      pte         {methods: [{name, seq_len, delegate_calls, ...}]}   reports of the segment methods
+      onnx        {files: {file: {inputs, outputs}}}
+    }
+
+How a runtime runs one sentence of ``n`` tokens (``edgenlp.run.dynamic`` is the reference)::
+
+    S = smallest bucket >= n (ONNX: S = n); pad ids with the pad id; hidden = embed_S(ids)
+    positions = 0..n-1 (original positions of the current tokens); count = n
+    for each segment k:
+        bias[j] = 0 for j < count, mask_bias otherwise
+        outputs = seg<k>_S(hidden, bias)
+        if it has logits and (it is the last segment or the exit rule fires): answer with them, stop
+        if it has importance and tokens are pruned: keep = decision(importance[:count]) (first and
+            last always kept, order kept); if fewer than count remain: hidden = the kept rows,
+            re-padded (zeros) to the smallest bucket S that holds them; count = len(keep)
+        else hidden = outputs.hidden
+
+The exit rule and the token decision are :mod:`edgenlp.dynamic.rules` (probabilities in
+double; ``maxprob``: stop when max p >= threshold; ``entropy``: stop when
+-sum p log p / log C <= threshold; ``patience``: stop when the last ``threshold`` exits
+agree on the argmax; ``ltp``: keep importance >= the layer's threshold (float32);
+``keep``: keep the ``max(min(n, 2), ceil(R * n))`` most important, stable on ties).
+A prediction reports the exit layer (the last layer of the answering segment) and the
+tokens each layer processed. Runtimes may override the threshold and switch token
+pruning to a keep ratio per call, or run ``static`` (the ``forward_<S>`` methods / ``model.onnx``).
 
 Trimmed vocabulary (optional ``tokenizer.vocab_map``): the model's embedding
 table keeps only some rows; ``vocab.txt`` stays the original vocabulary (so
@@ -63,6 +124,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from edgenlp.dynamic.manifest import DynamicEntry
 from edgenlp.errors import BundleError
 from edgenlp.models.families import ATTENTION_LINEARS, FAMILIES, FFN_LINEARS
 from edgenlp.models.vocab import IdRemap
@@ -217,6 +279,8 @@ class Bundle:
             raise BundleError(f"{self.path}: missing vocabulary {vocab}")
         if "quantization" in self.manifest or self.manifest["tokenizer"].get("id_map"):
             check_quantization(self)
+        if "dynamic" in self.manifest:
+            self.dynamic  # noqa: B018  (parses and checks the dynamic section)
 
     # ---------------------------------------------------------------- accessors
 
@@ -281,6 +345,17 @@ class Bundle:
         """Token ids from :attr:`tokenizer` as the model takes them (identity without a vocabulary map)."""
         vmap = self.vocab_map
         return list(ids) if vmap is None else vmap.apply(ids)
+
+    @property
+    def is_dynamic(self) -> bool:
+        return "dynamic" in self.manifest
+
+    @cached_property
+    def dynamic(self) -> "DynamicEntry | None":
+        """The parsed, checked ``dynamic`` section (None for a static bundle); raises :class:`BundleError`."""
+        if "dynamic" not in self.manifest:
+            return None
+        return DynamicEntry.from_manifest(self.manifest, where=str(self.path / MANIFEST))
 
     @cached_property
     def recipe(self):
@@ -352,3 +427,6 @@ def finalize_manifest(tmp_dir: Path, manifest: dict) -> dict:
     manifest["sizes"] = sizes
     (tmp_dir / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+# --------------------------------------------------------------------------- dynamic bundles

@@ -83,14 +83,14 @@ CASES = [
     # profile
     case("profile", "bert-mini", "--seq-len", "a,b", message="expected comma-separated integers"),
     case("profile", "bert-mini", "--seq-len", "0", message="expected integers >= 1"),
-    case("profile", "bert-mini", "--seq-len", "1024", "--json", "{out}", message="1024"),
+    case("profile", "bert-mini", "--seq-len", "1024", "--json-out", "{out}", message="1024"),
     case("profile", "bert-mini", "--threads", "0", message="expected integers >= 1"),
     case("profile", "bert-mini", "--runtime", "tflite", message="tflite"),
     case("profile", "bert-mini", "--batch", "0", message="batch"),
     case("profile", "bert-mini", "--runs", "0", message="runs"),
-    case("profile", "no-such-model", "--json", "{out}", message="unknown model 'no-such-model'"),
+    case("profile", "no-such-model", "--json-out", "{out}", message="unknown model 'no-such-model'"),
     case("profile", "{model_bad_json}", message="config.json: invalid JSON"),
-    case("profile", "{bundle_bad_pte}", "--seq-len", "32", "--runtime", "executorch", "--json", "{out}", message="model.pte"),
+    case("profile", "{bundle_bad_pte}", "--seq-len", "32", "--runtime", "executorch", "--json-out", "{out}", message="model.pte"),
     case("profile", "{missing}", message="unknown model"),
     # finetune
     case("finetune", "{model_dir}", "--task", "{tiny_task}", "--method", "magic", "--out", "{out}", message="method"),
@@ -117,11 +117,22 @@ CASES = [
     case("demo", "--task", "nope", "--out", "{out}", message="unknown task 'nope'"),
     case("demo", "--model", "{model_dir}", "--task", "{tiny_task}", "--steps", "0", "--out", "{out}", message="steps"),
     case("demo", "--model", "{model_dir}", "--task", "{task_bad_quote}", "--out", "{out}", message="malformed TSV"),
+    # distill (the vocabulary and label mismatches: tests/prune/test_recovery.py)
+    case("distill", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="Missing option '--teacher'"),
+    case("distill", "{model_dir}", "--teacher", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
+    case("distill", "{model_dir}", "--teacher", "{model_dir}", "--task", "{tiny_task}", "--epochs", "0", "--out", "{out}", message="epochs must be"),
+    case("distill", "{model_dir}", "--teacher", "{model_dir}", "--task", "{tiny_task}", "--device", "tpu", "--out", "{out}", message="--device must be one of"),
     # prune
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "1.5", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--recover-epochs", "2", "--out", "{out}", message="--recover-epochs need --recover"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--recover", "--recover-temperature", "0", "--out", "{out}", message="temperature must be"),
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "-0.1", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="the recipe has no finetune step"),
     case("prune", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--method", "fast", "--epochs", "2", "--no-hidden", "--out", "{out}",
+         message="--epochs, --hidden do not apply to --method fast"),
+    case("prune", "{model_dir}", "--task", "{tiny_task}", "--method", "cofi", "--droprate-init", "1.5", "--out", "{out}",
+         message="droprate_init must be in (0, 1)"),
     # quantize
     case("quantize", "{model_dir}", "--scheme", "int2", "--task", "{tiny_task}", "--out", "{out}", message="'int2' is not one of"),
     case("quantize", "{model_dir}", "--scheme", "int8", "--out", "{out}", message="Missing option '--task'"),
@@ -142,6 +153,32 @@ CASES = [
     case("compress", "--target", "{file}", "--out", "{out}", message="not valid TOML"),
     case("compress", "--model", "no-such-model", "--task", "{tiny_task}", "--target", "host", "--out", "{out}",
          message="unknown model"),
+    # dynamic (exits and token pruning), and the dynamic options of run / eval
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--exits", "9", "--out", "{out}", message="exit on layer 9"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--exits", "a,b", "--out", "{out}",
+         message="--exits must be all, none or layer numbers"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--threshold", "1.5", "--out", "{out}",
+         message="must be in [0, 1]"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--rule", "patience", "--threshold", "0", "--out", "{out}",
+         message="must be an integer from 1"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--tokens", "keep:2", "--out", "{out}",
+         message="keep_ratio must be in (0, 1]"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--tokens", "half", "--out", "{out}", message="--tokens must be"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--rule", "magic", "--out", "{out}", message="'magic'"),
+    case("dynamic", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="no finetune step"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--val-rows", "100", "--out", "{out}",
+         message="leaves no training rows"),
+    case("export", "{dyn_model_no_heads}", "--seq-len", "32", "--out", "{out}", message="has no dynamic.json"),
+    case("run", "{dyn_bundle}", "hi", "--exit-threshold", "1.5", message="--exit-threshold for rule maxprob"),
+    case("run", "{dyn_bundle}", "hi", "--keep", "0", message="--keep must be in (0, 1]"),
+    case("run", "{dyn_bundle}", "hi", "--static", "--keep", "0.5", message="--static runs every layer"),
+    case("run", "{dyn_bundle}", "hi", "--runtime", "native", "--keep", "0.5", message="native runtime does not run segments"),
+    case("run", "{bundle}", "hi", "--exit-threshold", "0.9", message="needs a dynamic bundle"),
+    case("eval", "{bundle}", "--task", "{tiny_task}", "--keep", "0.5", message="needs a dynamic bundle"),
+    case("eval", "{dyn_bundle}", "--task", "{tiny_task}", "--exit-threshold", "-1", message="must be in [0, 1]"),
+    case("run", "{dyn_bundle_bad_program}", "hi", message="manifest and program disagree"),
+    case("run", "{dyn_bundle_bad_layers}", "hi", message="segments must cover layers 1..3"),
+    case("run", "{dyn_bundle_bad_threshold}", "hi", message="must be in [0, 1]"),
 
 ]
 
@@ -153,10 +190,12 @@ def _rehash(bundle: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory, tiny_bundle, tiny_model_dir, tiny_task_dir) -> dict[str, str]:
+def inputs(tmp_path_factory, tiny_bundle, tiny_model_dir, tiny_task_dir, tiny_dynamic_bundle, tiny_dynamic_dir,
+           tiny_ft_dir) -> dict[str, str]:
     """Placeholder -> path: good fixtures and broken copies of them."""
     d = tmp_path_factory.mktemp("bad-inputs")
-    paths = {"bundle": tiny_bundle, "model_dir": tiny_model_dir, "tiny_task": tiny_task_dir, "missing": d / "missing"}
+    paths = {"bundle": tiny_bundle, "model_dir": tiny_model_dir, "tiny_task": tiny_task_dir, "missing": d / "missing",
+             "dyn_bundle": tiny_dynamic_bundle, "ft_model_dir": tiny_ft_dir}
     (d / "file").write_text("a file, not a folder\n")
     paths["file"] = d / "file"
 
@@ -187,6 +226,19 @@ def inputs(tmp_path_factory, tiny_bundle, tiny_model_dir, tiny_task_dir) -> dict
     (m / "config.json").write_text(json.dumps(cfg))
     m = model_copy("model_bad_weights")
     (m / "model.safetensors").write_bytes((m / "model.safetensors").read_bytes()[:100])
+
+    def dyn_copy(name: str, edit) -> None:  # a dynamic bundle whose manifest says something else, re-signed
+        paths[name] = shutil.copytree(tiny_dynamic_bundle, d / name)
+        m = json.loads((paths[name] / "manifest.json").read_text())
+        edit(m["dynamic"])
+        (paths[name] / "manifest.json").write_text(json.dumps(m))
+        _rehash(paths[name])
+
+    dyn_copy("dyn_bundle_bad_program", lambda dyn: dyn["segments"][1]["pte"].update({"16": "seg7_16"}))
+    dyn_copy("dyn_bundle_bad_layers", lambda dyn: dyn["segments"][1].update(layers=[3, 3]))
+    dyn_copy("dyn_bundle_bad_threshold", lambda dyn: (dyn["rule"].update(threshold=1.7), dyn["spec"].update(threshold=1.7)))
+    paths["dyn_model_no_heads"] = shutil.copytree(tiny_dynamic_dir, d / "dyn_model_no_heads")
+    (paths["dyn_model_no_heads"] / "dynamic.json").unlink()
 
     t = shutil.copytree(tiny_task_dir, d / "task_bad_quote")
     (t / "train.tsv").write_text('text\tlabel\n"an unclosed quote\tpos\nfine\tneg\n')

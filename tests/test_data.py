@@ -68,6 +68,9 @@ def test_builtin_tasks_load_with_documented_sizes():
     b77 = load_task("banking77")
     assert (len(b77.train), len(b77.dev), b77.num_labels) == (9003, 1000, 77)
     assert any("\n" in t or '"' in t for t in b77.train.texts)  # quoted fields survive
+    if (default_data_dir() / "imdb" / "train.tsv").is_file():  # the long-text task
+        imdb = load_task("imdb")
+        assert (len(imdb.train), len(imdb.dev), imdb.labels) == (19931, 2000, ("negative", "positive"))
 
 
 def test_split_sample_is_seeded(tmp_path):

@@ -37,6 +37,7 @@ def test_matches_transformers_after_save(tmp_path, family):
         assert torch.equal(reloaded(ids, mask), ours)
 
 
+@pytest.mark.minilm
 def test_minilm_loads_pretrained_and_matches_transformers():
     from transformers import BertModel
 

@@ -2,7 +2,9 @@
 
 Each verb is a module of this package (``edgenlp/cli/<verb>.py``) that parses
 options and calls one API function; it is imported only when invoked, so ``edgenlp --help`` stays fast. To add a verb,
-add one line to :data:`COMMANDS`.
+add one line to :data:`COMMANDS`. A verb that builds a config takes its options
+from the config's fields, and every verb takes the shared ones (task and data,
+output, threads, device, ``--json``) from :mod:`edgenlp.cli.options`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "profile": ("edgenlp.cli.profile", "profile_cmd", "Per-component params, FLOPs, memory and latency (eager/ExecuTorch/ONNX/native)."),
     "finetune": ("edgenlp.cli.finetune", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
     "prune": ("edgenlp.cli.prune", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
+    "distill": ("edgenlp.cli.distill", "distill_cmd", "Recovery distillation of a pruned model from its teacher."),
+    "dynamic": ("edgenlp.cli.dynamic", "dynamic_cmd", "Early exits and learned token pruning for a fine-tuned model."),
     "tokenize": ("edgenlp.cli.tokenize", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
     "targets": ("edgenlp.cli.targets", "targets_cmd", "Device targets: list, show, calibrate the cost model."),
     "demo": ("edgenlp.cli.demo", "demo_cmd", "Fine-tune, export, evaluate (default MiniLM + SST-2), no compression."),

@@ -4,31 +4,20 @@ from __future__ import annotations
 
 import click
 
-from edgenlp.compress.config import PRESET_NAMES
-from edgenlp.errors import EdgeNLPError
+from edgenlp.cli.options import build_config, config_options, data_dir_option, device_option, given, out_option
+from edgenlp.compress.config import CompressConfig
+from edgenlp.executor import ExecutorConfig
 
 
 @click.command("compress")
-@click.option("--model", default="minilm-l6", show_default=True, help="Registered model name or model directory.")
-@click.option("--task", default="sst2", show_default=True, help="Built-in task or a folder with train.tsv and dev.tsv.")
-@click.option("--target", default="pixel-7", show_default=True, help="Device target name (`edgenlp targets`) or a TOML file.")
-@click.option("--latency-ms", type=float, default=None, help="Latency budget (default: the target's).")
-@click.option("--memory-mb", type=float, default=None, help="Peak memory budget (default: the target's).")
-@click.option("--size-mb", type=float, default=None, help="Bundle size budget (default: the target's).")
-@click.option("--seq-len", type=int, default=None, help="Sequence length the latency budget is for (default: the target's).")
-@click.option("--threads", type=int, default=None, help="Threads the latency budget is for (default: the target's).")
-@click.option("--max-drop", type=float, default=1.0, show_default=True,
-              help="Largest dev-accuracy drop (points) against the uncompressed fine-tuned model.")
-@click.option("--preset", type=click.Choice(PRESET_NAMES), default="quick", show_default=True,
-              help="quick: minutes on a CPU (bounded fine-tune, retraining-free pruning); full: the whole training set, CoFi.")
-@click.option("--finetune-method", default="learner", show_default=True, help="Fine-tuning method of the first stage.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", default="auto", show_default=True, help="Training device: auto | cpu | cuda.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Where the built-in tasks' data lives.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Run folder (rerun to resume).")
+@config_options(CompressConfig)
+@config_options(ExecutorConfig, group="executor", exclude=("cpus_per_task", "gpus_per_task", "ray_cpus"))
+@data_dir_option
+@device_option()
+@out_option("Run folder (rerun to resume).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-def compress_cmd(model, task, target, latency_ms, memory_mb, size_mb, seq_len, threads, max_drop, preset,
-                 finetune_method, seed, device, data_dir, out_dir, quiet):
+@click.pass_context
+def compress_cmd(ctx, data_dir, device, out_dir, quiet, **_):
     """Fine-tune, prune, quantize and export MODEL for TASK so that it fits TARGET; verify and report.
 
     Stages (one folder each under --out; a rerun skips the finished ones whose
@@ -41,24 +30,23 @@ def compress_cmd(model, task, target, latency_ms, memory_mb, size_mb, seq_len, t
       edgenlp compress --out out/compress                      # MiniLM + SST-2 for pixel-7, quick preset
       edgenlp compress --task banking77 --target raspberry-pi-5 --size-mb 20 --out out/b77-pi5
       edgenlp compress --target host --latency-ms 12 --max-drop 1.0 --out out/host
+      edgenlp compress --workers 2 --out out/compress                # candidate builds in 2 local processes
+      edgenlp compress --ray 10.0.0.5:6379 --out /shared/compress     # ... on a Ray cluster (pip install 'edgenlp[ray]')
     """
-    from edgenlp.compress.config import CompressConfig
     from edgenlp.compress.pipeline import compress
     from edgenlp.utils import resolve_device
 
-    try:
-        config = CompressConfig(model=model, task=task, target=target, latency_ms=latency_ms, memory_mb=memory_mb,
-                                size_mb=size_mb, seq_len=seq_len, threads=threads, max_drop=max_drop, preset=preset,
-                                finetune_method=finetune_method, seed=seed)
-    except ValueError as exc:
-        raise EdgeNLPError(f"invalid option: {exc}") from None
+    config = build_config(CompressConfig, given(ctx))
+    executor = build_config(ExecutorConfig, given(ctx, "executor"))
     resolve_device(device)  # a bad --device fails before any work
     res = compress(config, out_dir, data_dir=data_dir, device=device, progress=not quiet,
-                   echo=lambda msg: click.echo(msg, err=True))
+                   echo=lambda msg: click.echo(msg, err=True), executor=executor)
     s = res.summary
     checks = s["predicted"]
     click.echo(f"\n{config.model} on {config.task} for {s['target'].get('name', config.target)}: {res.bundle}")
     click.echo(f"  chosen: {s['chosen']}")
+    if s.get("why"):
+        click.echo(f"  why: {s['why']['reason']}")
     acc = checks["accuracy"]
     click.echo(f"  dev accuracy {acc['measured']:.4f} (uncompressed {acc['reference']:.4f}, drop {acc['drop_points']:.2f} points)")
     lat = checks["latency_ms"]

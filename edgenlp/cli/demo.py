@@ -8,20 +8,23 @@ from pathlib import Path
 
 import click
 
+from edgenlp.cli.options import TASK_HELP, data_dir_option, device_option, quiet_option, signature_option, threads_option
+from edgenlp.compress.demo import run_demo
+
 log = logging.getLogger(__name__)
 
 
 @click.command("demo")
-@click.option("--model", default="minilm-l6", show_default=True)
-@click.option("--task", default="sst2", show_default=True)
-@click.option("--out", "out_dir", default="out/demo", show_default=True, type=click.Path(file_okay=False))
-@click.option("--steps", type=int, default=250, show_default=True, help="Fine-tuning steps (batch 32).")
-@click.option("--train-limit", type=int, default=8000, show_default=True, help="Seeded subset of the training set.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=int, default=None)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None)
-@click.option("--device", default="auto", show_default=True, help="Fine-tuning device: auto | cpu | cuda (export and evaluation use the CPU).")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@signature_option(run_demo, "model", "--model", help="Registered model name or model directory.")
+@signature_option(run_demo, "task", "--task", help=TASK_HELP)
+@signature_option(run_demo, "out", "--out", "out_dir", type=click.Path(file_okay=False), help="Output folder.")
+@signature_option(run_demo, "steps", "--steps", type=int, help="Fine-tuning steps.")
+@signature_option(run_demo, "train_limit", "--train-limit", type=int, help="Seeded subset of the training set.")
+@signature_option(run_demo, "seed", "--seed", type=int, help="Seed of fine-tuning.")
+@threads_option("torch intra-op threads (default: torch's choice).")
+@data_dir_option
+@device_option()
+@quiet_option
 def demo_cmd(model, task, out_dir, steps, train_limit, seed, threads, data_dir, device, quiet):
     """Fine-tune MODEL on TASK, export to ExecuTorch + ONNX, evaluate through every runtime.
 
@@ -30,8 +33,6 @@ def demo_cmd(model, task, out_dir, steps, train_limit, seed, threads, data_dir, 
       edgenlp demo                       # MiniLM + SST-2, a few minutes on 2 cores
       edgenlp demo --task banking77 --steps 800 --out out/demo-b77
     """
-    from edgenlp.compress.demo import run_demo
-
     s = run_demo(model=model, task=task, out=out_dir, steps=steps, train_limit=train_limit, seed=seed,
                  threads=threads, data_dir=data_dir, device=device, progress=not quiet)
     ft = s["finetune"]

@@ -8,31 +8,35 @@ import time
 
 import click
 
-from edgenlp.cli.types import IntList
+from edgenlp.cli.options import (Spelling, build_config, config_options, flags_of, given, init_seed_option, json_options,
+                                 out_option, task_options)
+from edgenlp.cli.quantize import EXPORT_SPELLINGS as QUANTIZE_EXPORT_SPELLINGS
+from edgenlp.export.api import ExportConfig
+from edgenlp.quantize.config import QuantizeConfig
 
 log = logging.getLogger(__name__)
 
 
-def _quant_options(f):
-    from edgenlp.cli.quantize import quant_options
-
-    return quant_options(prefix="quant-")(f)
+# `edgenlp export --quant ...` quantizes first, with QuantizeConfig's fields spelled as below.
+QUANT_SPELLINGS = {
+    "scheme": Spelling(name="quant", default=None, help="Quantize the linears first: int8 / int4 (groupwise) with int8 "
+                                                        "dynamic activations, or mixed per layer (default: an fp32 bundle)."),
+    "embeddings": Spelling(name="quant-embeddings"),
+    "group_size": Spelling(name="quant-group-size"),
+}
+EXPORT_SPELLINGS = {**QUANTIZE_EXPORT_SPELLINGS, "parity_tolerance": Spelling(name="tolerance")}
 
 
 @click.command("export")
 @click.argument("model")
-@_quant_options
-@click.option("--task", default=None, help="Built-in task (sst2, banking77) or a folder with train.tsv/dev.tsv; sets the labels and parity sentences.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
-@click.option("--format", "fmt", type=click.Choice(["pte", "onnx", "both"]), default="both", show_default=True)
-@click.option("--seq-len", type=int, default=128, show_default=True, help="Maximum sequence length the bundle accepts.")
-@click.option("--buckets", type=IntList(), default=None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 (default: powers of two up to --seq-len).")
-@click.option("--tolerance", type=float, default=None,
-              help="Max |logit diff| vs the parity reference; export fails above it (default: the model's parity policy, 1e-4 for fp32).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for weights a checkpoint lacks (e.g. a new classifier head).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Bundle directory to write.")
-def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, out_dir, scheme, embeddings, group_size,
-               trim_vocab, size_mb, max_drop):
+@config_options(QuantizeConfig, group="quant", spellings=QUANT_SPELLINGS, exclude=("layer_bits",))
+@task_options(required=False, help="Built-in task or a folder with train.tsv/dev.tsv; sets the labels and parity "
+                                   "sentences.")
+@config_options(ExportConfig, spellings=EXPORT_SPELLINGS)
+@init_seed_option
+@out_option("Bundle directory to write.")
+@click.pass_context
+def export_cmd(ctx, model, task, data_dir, seed, out_dir, **_):
     """Lower MODEL to an ExecuTorch and/or ONNX bundle, with parity checked against eager PyTorch.
 
     MODEL is a name from `edgenlp models` or a Hugging Face model directory
@@ -47,28 +51,20 @@ def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, ou
       edgenlp export out/ft-sst2 --task sst2 --quant int8 --quant-embeddings int8 --out out/q8
     """
     from edgenlp.data.tasks import load_task
-    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.export.api import export_bundle
     from edgenlp.errors import EdgeNLPError
     from edgenlp.models.registry import load_model
 
-    try:
-        config = ExportConfig(
-            formats=("pte", "onnx") if fmt == "both" else (fmt,),
-            max_seq_len=seq_len,
-            buckets=buckets,
-            parity_tolerance=tolerance,
-        )
-    except ValueError as exc:
-        raise EdgeNLPError(str(exc)) from None
-    if scheme is None and (embeddings or trim_vocab or size_mb is not None or max_drop is not None):
-        raise EdgeNLPError("--quant-embeddings, --trim-vocab, --size-mb and --max-drop need --quant int8|int4|mixed")
-    if scheme is not None:
-        from edgenlp.cli.quantize import build_config, run_quantize
+    config = build_config(ExportConfig, given(ctx))
+    quant = given(ctx, "quant")
+    if quant and "scheme" not in quant:
+        raise EdgeNLPError(f"{', '.join(flags_of(ctx, quant, 'quant'))} need --quant int8|int4|mixed")
+    if quant:
+        from edgenlp.cli.quantize import run_quantize
 
         if not task:
             raise EdgeNLPError("--quant needs --task (calibration, vocabulary trimming and the accuracy guard use it)")
-        qcfg = build_config(scheme=scheme, embeddings=embeddings, group_size=group_size, trim_vocab=trim_vocab,
-                            size_mb=size_mb, max_drop=max_drop)
+        qcfg = build_config(QuantizeConfig, quant)
         run_quantize(model, task=task, data_dir=data_dir, qcfg=qcfg, export_config=config, seed=seed, out_dir=out_dir)
         return
     data = load_task(task, data_dir=data_dir) if task else None
@@ -92,7 +88,7 @@ def export_cmd(model, task, data_dir, fmt, seq_len, buckets, tolerance, seed, ou
 
 @click.command("inspect")
 @click.argument("bundle", type=click.Path())
-@click.option("--json", "as_json", is_flag=True, help="Print the whole manifest as JSON.")
+@json_options(file=False, help="Print the whole manifest as JSON.")
 def inspect_cmd(bundle, as_json):
     """Verify BUNDLE (files and sha256) and summarize its manifest.
 

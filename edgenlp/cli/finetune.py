@@ -1,46 +1,63 @@
-"""``edgenlp finetune``: fine-tune a model on a task and write a Hugging Face directory."""
+"""``edgenlp finetune``: fine-tune a model on a task and write a Hugging Face directory.
+
+The options are the fields of :class:`FinetuneConfig` and of the method's own
+config (:class:`LearnerConfig`, :class:`FarConfig` with ``--far-`` flags); an
+option of another method is an error.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import sys
 
-import dataclasses
-
 import click
 
+from edgenlp.cli.options import (Spelling, build_config, config_options, device_option, emit_json, flags_of, given,
+                                 json_options, json_request, out_option, quiet_option, task_options)
 from edgenlp.errors import EdgeNLPError
+from edgenlp.finetune.config import (DEFAULT_HEAD_LR, DEFAULT_LR, LR_GROUPS, METHOD_CONFIGS, METHODS, FarConfig, FinetuneConfig,
+                                     LearnerConfig, rates_by_method)
 
 log = logging.getLogger(__name__)
 
 
-def _rank(value: str | None):
-    if value is None or value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise EdgeNLPError(f"--rank must be a positive integer or 'auto', got {value!r}") from None
+class RankType(click.ParamType):
+    """A Learner rank: a positive integer or ``auto``."""
 
+    name = "rank"
 
-def _rank_overrides(items: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-    out = []
-    for item in items:
-        pattern, sep, r = item.rpartition("=")
-        if not sep or not pattern:
-            raise EdgeNLPError(f"--rank-for must look like PATTERN=RANK (e.g. 'layers.*.ffn_*=16'), got {item!r}")
+    def get_metavar(self, param, ctx=None) -> str:
+        return "INTEGER|auto"
+
+    def convert(self, value, param, ctx):
+        if value is None or value == "auto" or isinstance(value, int):
+            return value
         try:
-            out.append((pattern, int(r)))
+            return int(value)
         except ValueError:
-            raise EdgeNLPError(f"--rank-for {item!r}: rank {r!r} is not an integer") from None
-    return tuple(out)
+            self.fail(f"--rank must be a positive integer or 'auto', got {value!r}", param, ctx)
+
+
+class PatternRank(click.ParamType):
+    """``PATTERN=RANK`` (``layers.*.ffn_*=16``) -> ``(pattern, rank)``."""
+
+    name = "pattern=rank"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        pattern, sep, r = str(value).rpartition("=")
+        if not sep or not pattern:
+            self.fail(f"--rank-for must look like PATTERN=RANK (e.g. 'layers.*.ffn_*=16'), got {value!r}", param, ctx)
+        try:
+            return pattern, int(r)
+        except ValueError:
+            self.fail(f"--rank-for {value!r}: rank {r!r} is not an integer", param, ctx)
 
 
 def _learning_rates(items: tuple[str, ...]) -> dict[str, float]:
     """``--lr`` values: ``VALUE`` (the body) or ``GROUP=VALUE`` with GROUP in body, head, priming."""
-    from edgenlp.finetune.config import LR_GROUPS
-
     out: dict[str, float] = {}
     for item in items:
         group, sep, value = item.rpartition("=")
@@ -54,42 +71,34 @@ def _learning_rates(items: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+# --lr GROUP=VALUE sets these fields (the body's is the default group)
+LR_FIELDS = {"body": ("", "lr"), "head": ("", "head_lr"), "priming": ("learner", "priming_lr")}
+LR_HELP = (f"Learning rate of a parameter group (repeatable): body (the default group; {rates_by_method(DEFAULT_LR)}), "
+           f"head (classifier + pooler; {DEFAULT_HEAD_LR:g}), priming (learner; same as --priming-lr, "
+           "from the task).")
+
+LEARNER_SPELLINGS = {
+    "rank": Spelling(type=RankType()),
+    "ranks": Spelling(name="rank-for", type=PatternRank(), multiple=True, metavar="PATTERN=RANK"),
+    "budget": Spelling(name="rank-budget"),
+}
+FAR_SPELLINGS = {"priming_fraction": Spelling(name="far-priming")}
+
+
 @click.command("finetune")
 @click.argument("model")
-@click.option("--task", required=True, help="sst2, banking77, or a folder with train.tsv and dev.tsv.")
-@click.option("--method", default="full", show_default=True, help="full | learner | far | bitfit | freeze-ffn.")
-@click.option("--rank", "rank", default=None, help="Learner rank: an integer or 'auto' (default hidden/12).")
-@click.option("--rank-for", "rank_for", multiple=True, help="Learner rank per module pattern, PATTERN=RANK (repeatable).")
-@click.option("--priming-epochs", type=float, default=None, help="Learner priming length in epochs (fractions allowed; default 1).")
-@click.option("--priming-steps", type=int, default=None, help="Learner priming length in steps (instead of --priming-epochs).")
-@click.option("--energy", type=float, default=None, help="--rank auto: share of ||dW||^2 each rank must capture (default 0.9).")
-@click.option("--rank-budget", type=int, default=None, help="--rank auto: most Learner parameters (default: what the fixed rank uses).")
-@click.option("--far-keep", type=float, default=None, help="FAR: fraction of FFN neurons kept trainable (default 0.1).")
-@click.option("--far-priming", type=float, default=None, help="FAR: fraction of steps priming the whole model (default 0.1).")
-@click.option("--epochs", type=int, default=None,
-              help="Total epochs, priming included (default: from the training-set size, at least 600 steps, at most 10 epochs).")
-@click.option("--train-limit", type=int, default=None, help="Train on a seeded subset of this many rows.")
-@click.option("--max-steps", type=int, default=None, help="Stop after this many optimizer steps.")
-@click.option("--batch-size", type=int, default=32, show_default=True)
-@click.option("--max-seq-len", type=int, default=128, show_default=True)
-@click.option("--lr", "lrs", multiple=True, metavar="[GROUP=]LR",
-              help="Learning rate of a parameter group (repeatable): body (the default group; 5e-5 full/far/freeze-ffn, "
-                   "1e-3 learner/bitfit), head (classifier + pooler; 2e-3), priming (learner; 5e-5).")
-@click.option("--no-early-stop", "no_early_stop", is_flag=True,
-              help="Keep the last epoch's weights and run every epoch (default: keep the best dev accuracy).")
-@click.option("--patience", type=int, default=2, show_default=True, help="Early stopping: epochs without a better dev accuracy.")
-@click.option("--device", default="auto", show_default=True, help="auto | cpu | cuda (training only; export and latency use the CPU).")
-@click.option("--priming-lr", type=float, default=None, help="Learner: learning rate of weights trained while priming (default 5e-5).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--threads", type=int, default=None, help="torch intra-op threads.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output model directory.")
-@click.option("--json", "json_file", default=None, help="Also write the report here ('-' for stdout).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_steps, energy, rank_budget, far_keep,
-                 far_priming, epochs, train_limit, max_steps, batch_size, max_seq_len, lrs, no_early_stop, patience, device,
-                 priming_lr, seed, threads,
-                 data_dir, out_dir, json_file, quiet) -> None:
+@task_options()
+@config_options(FinetuneConfig, spellings={"method": Spelling(type=click.STRING, metavar="|".join(METHODS))},
+                exclude=("lr", "head_lr"))
+@click.option("--lr", "lrs", multiple=True, metavar="[GROUP=]LR", help=LR_HELP)
+@config_options(LearnerConfig, group="learner", label="learner", spellings=LEARNER_SPELLINGS)
+@config_options(FarConfig, group="far", prefix="far-", label="far", spellings=FAR_SPELLINGS)
+@device_option()
+@out_option("Output model directory.")
+@json_options(legacy_file=True)
+@quiet_option
+@click.pass_context
+def finetune_cmd(ctx, model, task, data_dir, lrs, device, out_dir, as_json, json_out, quiet, **_) -> None:
     """Fine-tune MODEL on a task; write a Hugging Face directory with finetune.json.
 
     \b
@@ -100,55 +109,37 @@ def finetune_cmd(model, task, method, rank, rank_for, priming_epochs, priming_st
       edgenlp finetune minilm-l6 --task banking77 --method full --lr 5e-5 --lr head=2e-3 --epochs 2 --out out/full
     """
     from edgenlp.data.tasks import load_task
-    from edgenlp.finetune.config import FarConfig, FinetuneConfig, LearnerConfig
     from edgenlp.finetune.trainer import finetune
     from edgenlp.models.registry import load_model
-    from edgenlp.utils import atomic_write_json, resolve_device
+    from edgenlp.utils import resolve_device
 
     device = resolve_device(device)
-    lr = _learning_rates(lrs)
-    if "priming" in lr:
-        if priming_lr is not None:
-            raise EdgeNLPError("give the priming learning rate once (--lr priming=... or --priming-lr)")
-        priming_lr = lr["priming"]
-    learner_opts = {"rank": rank, "rank_for": rank_for, "priming_epochs": priming_epochs, "priming_steps": priming_steps,
-                    "energy": energy, "rank_budget": rank_budget, "priming_lr": priming_lr}
-    far_opts = {"far_keep": far_keep, "far_priming": far_priming}
-    for opts, owner in ((learner_opts, "learner"), (far_opts, "far")):
-        used = [k for k, v in opts.items() if v not in (None, ())]
-        if used and method != owner:
-            flags = ", ".join("--" + k.replace("_", "-") for k in used)
-            raise EdgeNLPError(f"{flags} only apply to --method {owner} (got --method {method})")
-    try:
-        learner = None
-        if method == "learner":
-            kw = {"rank": _rank(rank), "ranks": _rank_overrides(rank_for), "priming_steps": priming_steps,
-                  "energy": energy, "budget": rank_budget, "priming_lr": priming_lr, "priming_epochs": priming_epochs}
-            learner = LearnerConfig(**{k: v for k, v in kw.items() if v is not None})
-        far = None
-        if method == "far":
-            kw = {"keep": far_keep, "priming_fraction": far_priming}
-            far = FarConfig(**{k: v for k, v in kw.items() if v is not None})
-        config = FinetuneConfig(method=method, epochs=epochs, max_steps=max_steps, train_limit=train_limit,
-                                batch_size=batch_size, lr=lr.get("body"), head_lr=lr.get("head"),
-                                early_stop=not no_early_stop, patience=patience, seed=seed, max_seq_len=max_seq_len, threads=threads,
-                                learner=learner, far=far)
-    except ValueError as exc:
-        raise EdgeNLPError(f"invalid option: {exc}") from None
+    fields = {group: given(ctx, group) for group in ("", "learner", "far")}
+    for group_name, value in _learning_rates(lrs).items():
+        group, name = LR_FIELDS[group_name]
+        if name in fields[group]:
+            raise EdgeNLPError(f"give the {group_name} learning rate once (--lr {group_name}=... or "
+                               f"{' '.join(flags_of(ctx, [name], group))})")
+        fields[group][name] = value
+    method = fields[""].get("method", FinetuneConfig().method)
+    for owner, (group, _) in METHOD_CONFIGS.items():
+        if fields[group] and method != owner:
+            flags = flags_of(ctx, fields[group], group)
+            raise EdgeNLPError(f"{', '.join(flags)} only apply to --method {owner} (got --method {method})")
+    nested = {group: build_config(cls, fields[group]) for owner, (group, cls) in METHOD_CONFIGS.items()
+              if owner == method}
+    config = build_config(FinetuneConfig, {**fields[""], **nested})
     data = load_task(task, data_dir=data_dir)
-    net, info = load_model(model, labels=data.labels, seed=seed)
-    if max_seq_len > info.shape.max_positions:
-        source = click.get_current_context().get_parameter_source("max_seq_len")
-        if source is not click.core.ParameterSource.DEFAULT:  # an explicit length the model cannot take
-            raise EdgeNLPError(f"--max-seq-len {max_seq_len} exceeds the model's {info.shape.max_positions} positions")
+    net, info = load_model(model, labels=data.labels, seed=config.seed)
+    if config.max_seq_len > info.shape.max_positions:
+        if "max_seq_len" in fields[""]:  # an explicit length the model cannot take
+            raise EdgeNLPError(f"--max-seq-len {config.max_seq_len} exceeds the model's {info.shape.max_positions} positions")
         config = dataclasses.replace(config, max_seq_len=info.shape.max_positions)  # the default, capped
+    stdout, json_file = json_request(as_json, json_out)
     show = not quiet and sys.stderr.isatty()
     result = finetune(net, info, data, config, device=device, show_progress=show)
     out = result.save(out_dir, info)
-    if json_file == "-":
-        click.echo(json.dumps(result.report, indent=2))
-    elif json_file:
-        atomic_write_json(json_file, result.report)
+    emit_json(result.report, stdout=stdout, out_file=json_file)
     dev = result.report["dev"]
     tp = result.report["trainable_params"]
     es = result.report["early_stop"]

@@ -6,9 +6,11 @@ import json
 
 import click
 
+from edgenlp.cli.options import json_options
+
 
 @click.command("models")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_options(file=False, help="Print JSON instead of a table.")
 def models_cmd(as_json: bool) -> None:
     """List named models (and their shapes); any local Hugging Face directory also works as MODEL.
 

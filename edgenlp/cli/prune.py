@@ -1,47 +1,44 @@
-"""``edgenlp prune``: structured pruning of a fine-tuned model into a smaller model directory."""
+"""``edgenlp prune``: structured pruning of a fine-tuned model into a smaller model directory.
+
+The options are the fields of the method configs (:mod:`edgenlp.prune.config`);
+``--method`` picks the class, and an option of another method is an error.
+"""
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
+from edgenlp.cli.options import (Spelling, build_config, config_options, device_option, emit_json, flags_of, given,
+                                 json_options, json_request, out_option, quiet_option, task_options)
 from edgenlp.errors import EdgeNLPError
+from edgenlp.prune.config import DEFAULT_METHOD, METHOD_CONFIGS, CofiConfig, DistillConfig, FastConfig, ImportanceConfig
+
+# Flags whose name is not the field's (the rest are the field names with dashes).
+SPELLINGS = {
+    "mask_file": Spelling(name="masks", type=click.Path(dir_okay=False)),
+    "prune_hidden": Spelling(name="hidden"),  # --no-hidden: keep every hidden dimension
+}
+# Recovery fields taken from the pruning config rather than given again (--seed, --threads, --train-limit, ...).
+RECOVER_SHARED = ("batch_size", "max_seq_len", "train_limit", "seed", "threads")
 
 
 @click.command("prune")
 @click.argument("model_dir", type=click.Path(file_okay=False))
-@click.option("--task", required=True, help="The task MODEL_DIR was fine-tuned on: sst2, banking77, or a task folder.")
-@click.option("--method", type=click.Choice(["cofi", "fast", "importance"]), default="fast", show_default=True,
+@task_options(help="The task MODEL_DIR was fine-tuned on: a built-in task or a folder with train.tsv and dev.tsv.")
+@click.option("--method", type=click.Choice(list(METHOD_CONFIGS)), default=DEFAULT_METHOD, show_default=True,
               help="cofi: learned L0 masks + distillation; fast: retraining-free (Kwon et al.); importance: baseline.")
-@click.option("--target-sparsity", type=float, default=0.5, show_default=True, help="Fraction of the size to remove, in [0, 1).")
-@click.option("--target", type=click.Choice(["params", "flops"]), default="params", show_default=True,
-              help="What the sparsity measures: encoder parameters or encoder FLOPs at --seq-len.")
-@click.option("--seq-len", type=int, default=128, show_default=True, help="Sequence length of the FLOPs measure.")
-@click.option("--epochs", type=float, default=None, help="cofi: mask-learning epochs (default 2).")
-@click.option("--finetune-epochs", type=float, default=None, help="Distilled fine-tune of the pruned model (default: 1 for cofi, 0 otherwise).")
-@click.option("--budget-minutes", type=float, default=None, help="cofi: stop mask learning after this many minutes.")
-@click.option("--train-limit", type=int, default=None, help="Use a seeded subset of this many training rows.")
-@click.option("--samples", type=int, default=None, help="fast/importance: training rows for gradients (default 1024).")
-@click.option("--ffn-multiple", type=int, default=1, show_default=True,
-              help="Keep FFN widths that this divides (or 0, or the full width); 32 suits int4 groups and GEMM tiles.")
-@click.option("--batch-size", type=int, default=32, show_default=True)
-@click.option("--lr", type=float, default=None, help="Weight learning rate for cofi and fine-tuning (default 5e-5).")
-@click.option("--no-hidden", is_flag=True, help="cofi: do not prune hidden dimensions.")
-@click.option("--masks", "mask_file", type=click.Path(dir_okay=False), default=None,
-              help="Apply this masks.json (a MaskDict) instead of learning masks.")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where gradients and training run (auto = CUDA when present). Export and latency stay on the CPU.")
-@click.option("--threads", type=int, default=None, help="torch intra-op threads.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
-@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Output model directory.")
-@click.option("--json", "json_file", default=None, help="Also write prune.json here ('-' for stdout).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
-def prune_cmd(model_dir, task, method, target_sparsity, target, seq_len, epochs, finetune_epochs, budget_minutes,
-              train_limit, samples, ffn_multiple, batch_size, lr, no_hidden, mask_file, device, threads, seed, data_dir, out_dir,
-              json_file, quiet) -> None:
+@config_options(CofiConfig, FastConfig, ImportanceConfig, spellings=SPELLINGS)
+@click.option("--recover", is_flag=True, help="Then distil the pruned model from MODEL_DIR (the `distill` step; "
+                                               "--recover-* options, batch size, rows, seed and threads as for pruning).")
+@config_options(DistillConfig, group="recover", prefix="recover-", label="recover", exclude=RECOVER_SHARED)
+@device_option()
+@out_option("Output model directory.")
+@json_options(legacy_file=True)
+@quiet_option
+@click.pass_context
+def prune_cmd(ctx, model_dir, task, data_dir, method, recover, device, out_dir, as_json, json_out, quiet, **_) -> None:
     """Prune a fine-tuned MODEL_DIR to a smaller dense model; write a model directory with prune.json and masks.json.
 
     \b
@@ -50,34 +47,40 @@ def prune_cmd(model_dir, task, method, target_sparsity, target, seq_len, epochs,
       edgenlp prune out/ft --task sst2 --method cofi --target-sparsity 0.7 --epochs 2 --budget-minutes 30 --out out/cofi70
       edgenlp prune out/ft --task sst2 --method importance --target-sparsity 0.3 --target flops --seq-len 128 --out out/imp
       edgenlp prune out/ft --task sst2 --masks out/fast50/masks.json --out out/again
+      edgenlp prune out/ft --task sst2 --method fast --target-sparsity 0.5 --recover --recover-epochs 2 --out out/fast50r
     """
     from edgenlp.data.tasks import load_task
     from edgenlp.models.registry import load_model
     from edgenlp.prune.api import prune
-    from edgenlp.prune.config import PruneConfig
-    from edgenlp.utils import atomic_write_json, resolve_device
+    from edgenlp.utils import resolve_device
 
-    kw = {"samples": samples, "lr": lr, "epochs": epochs, "finetune_epochs": finetune_epochs,
-          "budget_minutes": budget_minutes, "train_limit": train_limit, "threads": threads}
-    try:
-        config = PruneConfig(method=method, target_sparsity=target_sparsity, target=target, seq_len=seq_len,
-                             batch_size=batch_size, ffn_multiple=ffn_multiple, prune_hidden=not no_hidden, seed=seed, mask_file=mask_file,
-                             **{k: v for k, v in kw.items() if v is not None})
-    except ValueError as exc:
-        raise EdgeNLPError(f"invalid option: {exc}") from None
+    cls = METHOD_CONFIGS[method]
+    fields = given(ctx)
+    other = [name for name in fields if name not in cls.field_names()]
+    if other:
+        raise EdgeNLPError(f"{', '.join(flags_of(ctx, other))} do not apply to --method {method}")
+    config = build_config(cls, fields)
+    recover_fields = given(ctx, "recover")
+    if recover_fields and not recover:
+        raise EdgeNLPError(f"{', '.join(flags_of(ctx, recover_fields, 'recover'))} need --recover")
+    recovery = build_config(DistillConfig, {**{k: getattr(config, k) for k in RECOVER_SHARED}, **recover_fields}) \
+        if recover else None
     resolve_device(device)
+    stdout, json_file = json_request(as_json, json_out)
     data = load_task(task, data_dir=data_dir)
     net, info = load_model(model_dir)
     show = not quiet and sys.stderr.isatty()
     result = prune(net, info, data, config, device=device, progress=show)
+    if recovery is not None:
+        from edgenlp.prune.recovery import recover as recover_pruned
+
+        result = recover_pruned(result, net, info, data, recovery, device=device, progress=show)
     out = result.save(out_dir)
-    if json_file == "-":
-        click.echo(json.dumps(result.report, indent=2))
-    elif json_file:
-        atomic_write_json(json_file, result.report)
+    emit_json(result.report, stdout=stdout, out_file=json_file)
     r = result.report
     click.echo(f"{method}: encoder params -{100 * r['achieved']['encoder_params']:.1f}% "
-               f"(FLOPs@{seq_len} -{100 * r['achieved']['flops']:.1f}%), hidden {r['shape']['hidden']}, "
+               f"(FLOPs@{config.seq_len} -{100 * r['achieved']['flops']:.1f}%), hidden {r['shape']['hidden']}, "
                f"heads {r['shape']['heads']}, ffn {r['shape']['ffn']}; dev accuracy "
                f"{r['dev_before'].get('accuracy', float('nan')):.4f} -> {r['dev_after'].get('accuracy', float('nan')):.4f}"
+               f"{' (recovered from ' + format(r['dev_pruned'].get('accuracy', float('nan')), '.4f') + ')' if recovery else ''}"
                f" in {r['wall_s']:.0f}s; wrote {out}", err=True)

@@ -2,49 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 
 import click
 
-from edgenlp.cli.types import IntList
+from edgenlp.bundle import FORMATS
+from edgenlp.cli.options import (Spelling, build_config, config_options, given, init_seed_option, out_option,
+                                 task_options)
+from edgenlp.cli.types import ChoiceList
+from edgenlp.export.api import ExportConfig
+from edgenlp.quantize.config import QuantizeConfig
 
 log = logging.getLogger(__name__)
 
 
-def quant_options(*, prefix: str = ""):
-    """The quantization options, spelled ``--scheme`` on ``quantize`` and ``--quant`` on ``export``."""
-    scheme_flag = "--quant" if prefix else "--scheme"
-
-    def deco(f):
-        opts = [
-            click.option(scheme_flag, "scheme", type=click.Choice(["int8", "int4", "mixed"]), default=None if prefix else "int8",
-                         show_default=not prefix, help="int8 / int4 (groupwise) linears with int8 dynamic activations, or mixed per layer."),
-            click.option(f"--{prefix}embeddings", "embeddings", type=click.Choice(["int8", "int4"]), default=None,
-                         help="Quantize the word-embedding table per row (default: fp32)."),
-            click.option(f"--{prefix}group-size", "group_size", type=int, default=32, show_default=True, help="int4 group size (in-features per scale)."),
-            click.option("--trim-vocab", is_flag=True, help="Keep only the tokens of the task's training data (+ specials); others read as [UNK]."),
-            click.option("--size-mb", type=float, default=None, help="Weight budget in MB (mixed: bits per layer chosen to meet it)."),
-            click.option("--max-drop", type=float, default=None, help="Accuracy guard: max dev-accuracy drop vs fp32 in points (e.g. 1.0)."),
-        ]
-        for o in reversed(opts):
-            f = o(f)
-        return f
-
-    return deco
-
-
-def build_config(*, scheme, embeddings, group_size, trim_vocab, size_mb, max_drop):
-    from edgenlp.errors import EdgeNLPError
-    from edgenlp.quantize.config import QuantizeConfig
-
-    try:
-        return QuantizeConfig(scheme=scheme, embeddings=embeddings, group_size=group_size, trim_vocab=trim_vocab,
-                              size_mb=size_mb, max_drop=max_drop)
-    except ValueError as exc:
-        raise EdgeNLPError(str(exc)) from None
+# `edgenlp quantize` spells ExportConfig's fields as `edgenlp export` does.
+EXPORT_SPELLINGS = {
+    "formats": Spelling(name="format", type=ChoiceList(FORMATS, all_name="both")),
+    "max_seq_len": Spelling(name="seq-len"),
+}
 
 
 def resolve_model_arg(model: str) -> str:
@@ -89,7 +67,10 @@ def run_quantize(model, *, task, data_dir, qcfg, export_config, seed, out_dir, g
                    f"after {len(guard['attempts'])} build(s)")
     for rt, p in man["parity"].items():
         fp = p.get("fp32", {})
-        click.echo(f"  parity {rt:<10} vs quantized reference {p['max_abs_diff']:.2e} (tol {p['tolerance']:.0e}); "
+        bound = p.get("bound", {})
+        click.echo(f"  parity {rt:<10} vs quantized reference {p['max_abs_diff']:.2e} (tol {p['tolerance']:.2g}, "
+                   f"{bound.get('applied', 'policy')} bound"
+                   + (f"; RMS {p['rms_diff']:.2e} <= {bound['rms_limit']:.2g}" if "rms_limit" in bound else "") + "); "
                    f"vs fp32 {fp.get('max_abs_diff', float('nan')):.2e}, argmax agreement {fp.get('argmax_agreement', float('nan')):.3f}")
     return res
 
@@ -103,17 +84,14 @@ def bits_summary(linears: dict) -> str:
 
 @click.command("quantize")
 @click.argument("model")
-@quant_options()
-@click.option("--task", required=True, help="Built-in task (sst2, banking77) or a folder with train.tsv/dev.tsv.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the built-in task folders.")
-@click.option("--format", "fmt", type=click.Choice(["pte", "onnx", "both"]), default="both", show_default=True)
-@click.option("--seq-len", type=int, default=128, show_default=True, help="Maximum sequence length the bundle accepts.")
-@click.option("--buckets", type=IntList(), default=None, help="ExecuTorch sequence buckets, e.g. 32,64,128.")
+@config_options(QuantizeConfig, exclude=("layer_bits",))
+@task_options()
+@config_options(ExportConfig, group="export", spellings=EXPORT_SPELLINGS, exclude=("parity_tolerance", "parity_samples"))
 @click.option("--guard-limit", type=int, default=None, help="Evaluate the guard on the first N dev sentences (default: all).")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True, help="Bundle directory to write.")
-def quantize_cmd(model, scheme, embeddings, group_size, trim_vocab, size_mb, max_drop, task, data_dir, fmt, seq_len, buckets,
-                 guard_limit, seed, out_dir):
+@init_seed_option
+@out_option("Bundle directory to write.")
+@click.pass_context
+def quantize_cmd(ctx, model, task, data_dir, guard_limit, seed, out_dir, **_):
     """Quantize MODEL_OR_BUNDLE into a verified low-bit bundle (ExecuTorch/XNNPACK and ONNX Runtime).
 
     MODEL is a model name, a model directory (e.g. `edgenlp finetune` output) or
@@ -126,15 +104,7 @@ def quantize_cmd(model, scheme, embeddings, group_size, trim_vocab, size_mb, max
       edgenlp quantize out/ft-sst2 --scheme int4 --embeddings int4 --trim-vocab --task sst2 --out out/q4
       edgenlp quantize out/ft-sst2 --scheme mixed --size-mb 20 --max-drop 1.0 --task sst2 --out out/qmix
     """
-    from edgenlp.errors import EdgeNLPError
-    from edgenlp.export.api import ExportConfig
-
-    qcfg = build_config(scheme=scheme, embeddings=embeddings, group_size=group_size, trim_vocab=trim_vocab, size_mb=size_mb,
-                        max_drop=max_drop)
-    try:
-        ecfg = ExportConfig(formats=("pte", "onnx") if fmt == "both" else (fmt,), max_seq_len=seq_len,
-                            buckets=buckets)
-    except ValueError as exc:
-        raise EdgeNLPError(str(exc)) from None
+    qcfg = build_config(QuantizeConfig, given(ctx))
+    ecfg = build_config(ExportConfig, given(ctx, "export"))
     run_quantize(model, task=task, data_dir=data_dir, qcfg=qcfg, export_config=ecfg, seed=seed, out_dir=out_dir,
                  guard_limit=guard_limit)

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import click
 
+from edgenlp.cli.options import json_options, signature_option
+from edgenlp.cli.types import IntList
 from edgenlp.errors import EdgeNLPError
+from edgenlp.targets.calibrate import calibrate as calibrate_api
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +33,7 @@ def _budget_text(b) -> str:
 
 
 @click.group("targets", invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@json_options(file=False, help="Print JSON instead of a table.")
 @click.pass_context
 def targets_cmd(ctx: click.Context, as_json: bool) -> None:
     """List device targets (targets/*.toml): cores, ISA, throughput, runtime, default budgets.
@@ -66,7 +69,7 @@ def targets_cmd(ctx: click.Context, as_json: bool) -> None:
 
 @targets_cmd.command("show")
 @click.argument("target")
-@click.option("--json", "as_json", is_flag=True, help="Print the target as JSON.")
+@json_options(file=False, help="Print the target as JSON.")
 def show_cmd(target: str, as_json: bool) -> None:
     """Print one target: clusters, ISA, memory, runtime, default budgets, cost-model state.
 
@@ -124,8 +127,8 @@ def _minilm_predictions(target) -> list[str]:
 @click.option("--on", "on", metavar="URI", help="Measure on a board (ssh://user@host, adb[:serial], qemu:CPU) instead of the host.")
 @click.option("--cores", type=click.Choice(["all", "big", "little"]), default="big", show_default=True,
               help="With --on: the cluster to pin to.")
-@click.option("--runs", type=click.IntRange(3, 1000), default=15, show_default=True, help="Timed runs per measurement.")
-@click.option("--threads", default="1,2", show_default=True, help="Comma-separated thread counts to measure.")
+@signature_option(calibrate_api, "runs", "--runs", type=click.IntRange(3, 1000), help="Timed runs per measurement.")
+@signature_option(calibrate_api, "threads", "--threads", type=IntList(), help="Comma-separated thread counts to measure.")
 @click.option("--shapes", type=click.IntRange(2, 64), default=None, help="Measure only the first N shapes of the grid (quick checks).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table here (e.g. targets/NAME.measured.json).")
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), help="Keep lowered calibration models here (default: a temp dir).")
@@ -134,7 +137,7 @@ def _minilm_predictions(target) -> list[str]:
                    "(default: executorch/fp32,int8,int4 and onnx/fp32,int8).")
 @click.option("--merge", "merge", type=click.Path(dir_okay=False, exists=True, path_type=Path),
               help="Host only: add the measured rows to this table of the same machine (rescaled to its reference speed).")
-def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: str, shapes: int | None, out: Path | None,
+def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: tuple[int, ...], shapes: int | None, out: Path | None,
                   workdir: Path | None, precisions: str | None, merge: Path | None) -> None:  # fmt: skip
     """Calibrate the cost model by profiling a grid of encoder shapes through the real runtimes.
 
@@ -158,12 +161,7 @@ def calibrate_cmd(target: str, on: str | None, cores: str, runs: int, threads: s
     from edgenlp.targets.target import load_target, targets_dir
 
     t = load_target(target)
-    try:
-        thread_list = tuple(int(x) for x in threads.split(",") if x.strip())
-    except ValueError:
-        raise EdgeNLPError(f"--threads must be comma-separated integers, got {threads!r}") from None
-    if not thread_list or min(thread_list) < 1:
-        raise EdgeNLPError(f"--threads must list positive integers, got {threads!r}")
+    thread_list = tuple(threads)
     if on is not None and (precisions or merge):
         raise EdgeNLPError("--precisions and --merge apply to host calibration only (a board measures fp32 through the native runtime)")
     pairs = RUNTIME_PRECISIONS

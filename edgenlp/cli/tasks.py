@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from edgenlp.cli.options import data_dir_option
+
 
 @click.command("tasks")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=None, help="Folder holding the task folders.")
+@data_dir_option
 def tasks_cmd(data_dir: str | None) -> None:
     """List built-in tasks; a folder with train.tsv and dev.tsv also works as TASK.
 

@@ -7,6 +7,7 @@ import logging
 
 import click
 
+from edgenlp.cli.options import json_options
 from edgenlp.errors import EdgeNLPError
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def tokenize_texts(bundle: str, texts: list[str], *, runtime: str) -> list[list[
 @click.option("--runtime", type=click.Choice(["native", "hf"]), default="native", show_default=True,
               help="native: libedgenlp's C++ tokenizer; hf: the Hugging Face fast tokenizer.")
 @click.option("--data", "data", type=click.Path(dir_okay=False), help="Tokenize the text column of a TSV file.")
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per text: {text, ids}.")
+@json_options(file=False, help="One JSON object per text: {text, ids}.")
 def tokenize_cmd(bundle: str, texts: tuple[str, ...], runtime: str, data: str | None, as_json: bool) -> None:
     """Print the token ids of TEXT... (or of every row of --data FILE.tsv).
 

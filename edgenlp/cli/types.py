@@ -46,3 +46,37 @@ class IntList(click.ParamType):
             return parse_int_list(value, minimum=self.minimum)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class ChoiceList(click.ParamType):
+    """A click type for comma-separated names, each one of ``choices`` (any name when None); converts to a tuple.
+
+    ``all_name`` (e.g. ``both``) stands for every choice.
+
+    >>> ChoiceList(("query", "key", "value")).convert("query, value", None, None)
+    ('query', 'value')
+    """
+
+    name = "names"
+
+    def __init__(self, choices=None, *, all_name: str | None = None) -> None:
+        self.choices = tuple(choices) if choices is not None else None
+        self.all_name = all_name  # a name that stands for every choice (``--format both``)
+
+    def get_metavar(self, param, ctx=None) -> str:
+        if not self.choices:
+            return "NAMES"
+        return "[" + "|".join(self.choices + ((self.all_name,) if self.all_name else ())) + "],..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        if self.all_name is not None and str(value).strip() == self.all_name:
+            return self.choices
+        names = tuple(p.strip() for p in str(value).split(",") if p.strip())
+        if not names:
+            self.fail(f"expected comma-separated names, got {value!r}", param, ctx)
+        bad = [n for n in names if self.choices is not None and n not in self.choices]
+        if bad:
+            self.fail(f"{bad[0]!r} is not one of {', '.join(self.choices)}", param, ctx)
+        return names

@@ -44,3 +44,29 @@ def build_bundle(model, info, out: Path, *, candidate: Mapping[str, Any], task, 
 
     return quantize_bundle(model, info, out, qcfg, task=task, export_config=config, progress=progress,
                     annotations=dict(annotations or {})).bundle
+
+
+def export_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], labels, task, max_seq_len: int,
+                     annotations: Mapping[str, Any] | None = None, progress: bool = False) -> dict:
+    """One candidate build as an executor task: load the model at ``model_dir``, build its bundle at ``out``.
+
+    Arguments are paths and plain data, so the task runs in this process, in a
+    pool worker or on a Ray node alike (:mod:`edgenlp.executor`). The bundle is
+    written atomically; a worker that died in an earlier attempt left only a
+    hidden ``.NAME.tmp-*`` beside ``out``, removed here before building again.
+    Returns ``{"sizes", "parity", "pid"}`` (``pid``: the process that built it).
+    """
+    import os
+    import shutil
+
+    from edgenlp.models.registry import load_model
+
+    dest = Path(out)
+    if dest.parent.is_dir():
+        for stale in dest.parent.glob(f".{dest.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+    model, info = load_model(model_dir, labels=list(labels))
+    bundle = build_bundle(model, info, dest, candidate=candidate, task=task,
+                          max_seq_len=min(max_seq_len, model.shape.max_positions), annotations=annotations,
+                          progress=progress)
+    return {"sizes": bundle.manifest.get("sizes", {}), "parity": bundle.manifest.get("parity", {}), "pid": os.getpid()}

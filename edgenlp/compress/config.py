@@ -14,10 +14,9 @@ say *what* to build; the preset says how hard to try):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from edgenlp.config import Config
+from edgenlp.config import Config, check_positive, knob
 
 PRESET_NAMES = ("quick", "full")
 
@@ -32,27 +31,52 @@ class Preset:
     priming_steps: int | None  # Learner priming steps; None = the library default (one epoch)
     finetune_seq_len: int
     prune_methods: tuple[str, ...]
-    prune_samples: int  # training rows the retraining-free pruning reads
-    prune_epochs: float | None  # CoFi mask-learning epochs; None = its default
+    prune_samples: int  # training rows the retraining-free pruning reads (where prune_budgets does not say)
+    prune_epochs: float | None  # CoFi mask-learning epochs; None = its default (where prune_budgets does not say)
     schemes: tuple[str, ...]  # quantization schemes the planner may pick
     profile_runs: int  # timed runs per latency measurement
+    # method -> the prune config knobs that set how much it spends: exactly a budget the accuracy prior
+    # (targets/accuracy-prior.json) has measured rows at, so the planner's drop is the measured one
+    prune_budgets: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
 
+    def prune_budget(self, method: str) -> dict:
+        """The prune config knobs ``method`` runs with (the measured budget), else the preset's samples/epochs."""
+        own = dict(self.prune_budgets).get(method)
+        if own is not None:
+            return dict(own)
+        return {"samples": self.prune_samples, **({"epochs": self.prune_epochs} if self.prune_epochs is not None else {})}
+
+    def prune_kwargs(self, method: str) -> dict:
+        """:meth:`prune_budget` without the knobs ``method``'s config does not have (``edgenlp.prune.prune_config`` takes these).
+
+        The prior's budgets were recorded when one config class served every
+        method: ``fast`` and ``importance`` rows name ``epochs: 0`` (no mask
+        learning), a knob their own configs no longer have.
+        """
+        from edgenlp.prune.config import METHOD_CONFIGS
+
+        names = METHOD_CONFIGS[method].field_names()
+        return {k: v for k, v in self.prune_budget(method).items() if k in names}
+
+    def prune_budget_map(self) -> dict[str, dict]:
+        return {m: self.prune_budget(m) for m in self.prune_methods}
+
+
+# The budgets tools/bench/prune.py measured (prune.json, prune-cofi-longer.json): fast and importance as the
+# benchmark ran them; CoFi at 5x its short budget (8,000 rows, 3 + 2 epochs), the budget at which it kept accuracy.
+_FAST = ("fast", (("samples", 1024), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
+_IMPORTANCE = ("importance", (("samples", 512), ("iterations", 4), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
+_COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs", 2.0), ("max_seq_len", 64), ("batch_size", 32)))
 
 PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
                     prune_methods=("fast", "importance"), prune_samples=512, prune_epochs=None,
-                    schemes=("fp32", "int8", "int4"), profile_runs=20),
+                    schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE)),
     "full": Preset("full", train_limit=None, max_steps=None, priming_steps=None, finetune_seq_len=128,
                    prune_methods=("fast", "importance", "cofi"), prune_samples=2048, prune_epochs=None,
-                   schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50),
+                   schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG)),
 }
-
-
-def _check_budget(name: str, value) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+OBJECTIVES = ("latency", "accuracy", "size")  # edgenlp.targets.planner.OBJECTIVES
 
 
 @dataclass(frozen=True)
@@ -66,29 +90,35 @@ class CompressConfig(Config):
     largest dev-accuracy drop (points) allowed against the uncompressed
     fine-tuned model. ``finetune_method`` is the fine-tuning method of the
     first stage (Learners with priming by default). ``max_attempts`` bounds the
-    plan -> build -> verify iterations.
+    plan -> build -> verify iterations. ``objective`` is what the plan
+    optimizes within the budgets and the accuracy bound (``latency`` by
+    default: :func:`edgenlp.targets.planner.choose`).
     """
 
-    model: str = "minilm-l6"
-    task: str = "sst2"
-    target: str = "pixel-7"
-    latency_ms: float | None = None
-    memory_mb: float | None = None
-    size_mb: float | None = None
-    seq_len: int | None = None
-    threads: int | None = None
-    max_drop: float = 1.0
-    preset: str = "quick"
-    finetune_method: str = "learner"
-    seed: int = 0
-    max_attempts: int = 3
+    model: str = knob("minilm-l6", help="Registered model name or model directory.")
+    task: str = knob("sst2", help="Built-in task or a folder with train.tsv and dev.tsv.")
+    target: str = knob("pixel-7", help="Device target name (`edgenlp targets`) or a TOML file.")
+    latency_ms: float | None = knob(None, help="Latency budget (default: the target's).")
+    memory_mb: float | None = knob(None, help="Peak memory budget (default: the target's).")
+    size_mb: float | None = knob(None, help="Bundle size budget (default: the target's).")
+    seq_len: int | None = knob(None, help="Sequence length the latency budget is for (default: the target's).")
+    threads: int | None = knob(None, help="Threads the latency budget is for (default: the target's).")
+    max_drop: float = knob(1.0, help="Largest dev-accuracy drop (points) against the uncompressed fine-tuned model.")
+    preset: str = knob("quick", choices=PRESET_NAMES, help="quick: minutes on a CPU (bounded fine-tune, retraining-free "
+                                                          "pruning); full: the whole training set, CoFi.")
+    finetune_method: str = knob("learner", help="Fine-tuning method of the first stage (see `edgenlp finetune --method`).")
+    seed: int = knob(0, help="Seed of every stage.")
+    max_attempts: int = knob(3, help="Most plan -> build -> verify iterations.")
+    objective: str = knob("latency", choices=OBJECTIVES, help=(
+        "What the plan optimizes within the budgets and --max-drop: latency (the fastest; candidates within the cost "
+        "model's own error tie and the smallest wins), accuracy (the smallest predicted drop) or size."))
 
     def __post_init__(self) -> None:
         for name in ("model", "task", "target"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
         for name in ("latency_ms", "memory_mb", "size_mb"):
-            _check_budget(name, getattr(self, name))
+            check_positive(name, getattr(self, name), allow_none=True)
         for name in ("seq_len", "threads"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -103,6 +133,8 @@ class CompressConfig(Config):
             raise ValueError(f"finetune_method must be one of {', '.join(METHODS)}, got {self.finetune_method!r}")
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
 
     @property
     def resolved_preset(self) -> Preset:

@@ -14,10 +14,14 @@ inputs and an interrupted stage leaves nothing half-written::
     DIR/compress.json, DIR/report.md, DIR/*.png
 
 When verification fails (accuracy drop above ``max_drop`` or a budget
-missed), the planner runs again without the failed candidate and what it
-implies (anything at least as aggressive after an accuracy miss, anything at
-most as aggressive after a budget miss); attempt ``k > 1`` writes ``plan-k``,
-``prune-k``, ``export-k``, ``verify-k``.
+missed, or, for the ``host`` target, a bundle slower on this machine than the
+uncompressed program), the planner runs again without the failed candidate
+and what it implies (anything at least as aggressive after an accuracy miss,
+anything at most as aggressive after a budget miss, anything of the same
+precision pruned no more after a slower bundle); attempt ``k > 1`` writes
+``plan-k``, ``prune-k``, ``export-k``, ``verify-k``. For the ``host`` target
+without a calibration of this machine, a minimal one is measured first and
+cached (:func:`edgenlp.targets.calibrate.ensure_host_table`).
 """
 
 from __future__ import annotations
@@ -127,7 +131,7 @@ class Compressor:
     """One ``compress`` run: the config, the data, the target and the stage runner."""
 
     def __init__(self, config: CompressConfig, out: Path, *, data_dir: str | Path | None, device: str, progress: bool,
-                 echo: Callable[[str], None] | None) -> None:
+                 echo: Callable[[str], None] | None, executor=None) -> None:
         from edgenlp.data.tasks import load_task
         from edgenlp.compress.planning import load_target
 
@@ -148,6 +152,7 @@ class Compressor:
         self.started = time.perf_counter()
         self.stage_seconds: dict[str, float] = {}
         self.runner = StageRunner(self.out, on_event=self._event)
+        self.executor = executor  # where candidate builds run (edgenlp.executor.Executor); None: in this process
 
     # -- progress
     def _event(self, stage: str, what: str) -> None:
@@ -208,41 +213,52 @@ class Compressor:
 
             model, _ = load_model(ft.path / "model", labels=self.data.labels)
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
-                                    preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop)
+                                    preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
+                                    objective=self.config.objective)
             atomic_write_json(tmp / "plan.json", doc)
-            return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"])}
+            return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
+                    "why": doc.get("why")}
 
         from edgenlp.targets.costmodel import cost_table_sources
 
         # The cost tables by file identity: a recalibration (or a device table measured since) re-plans.
         inputs = {"target": self.target.to_dict(), "budgets": self.budgets.to_dict(), "preset": self.preset.name,
-                  "excluded": excluded, "max_drop": self.config.max_drop,
+                  "excluded": excluded, "max_drop": self.config.max_drop, "objective": self.config.objective,
+                  "prune_budgets": self.preset.prune_budget_map(),
                   "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
 
     # -- stage 4: prune
     def prune(self, ft: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
         cand = plan.result["chosen"]
+        from edgenlp.prune.config import DistillConfig  # recovery distillation after any pruning, bounded by the preset
+
+        recovery = DistillConfig(train_limit=self.preset.train_limit, max_steps=self.preset.max_steps,
+                                 max_seq_len=self.preset.finetune_seq_len, seed=self.config.seed)
 
         def run(tmp: Path) -> dict:
             if not cand.get("sparsity"):
                 return {"identity": True, "model": "finetune/model"}
             from edgenlp.models.registry import load_model
-            from edgenlp.prune import PruneConfig, prune
+            from edgenlp.prune import prune, prune_config
 
             model, info = load_model(ft.path / "model", labels=self.data.labels)
-            pcfg = PruneConfig(method=cand["prune_method"], target_sparsity=float(cand["sparsity"]),
-                               seq_len=self.budgets.seq_len, samples=self.preset.prune_samples,
-                               epochs=self.preset.prune_epochs, seed=self.config.seed)
+            method = cand["prune_method"]
+            pcfg = prune_config(method, target_sparsity=float(cand["sparsity"]), seq_len=self.budgets.seq_len,
+                                seed=self.config.seed, **self.preset.prune_kwargs(method))  # the budget the prior measured
             res = prune(model, info, self.data, pcfg, device=self.device, progress=self.progress,
                         dev_before=ft.result.get("dev") or None)
+            from edgenlp.prune.recovery import recover
+
+            res = recover(res, model, info, self.data, recovery, device=self.device, progress=self.progress)
             res.save(tmp / "model")
-            keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "seconds", "shape")
+            keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "dev_pruned", "seconds", "shape")
             return {"identity": False, "model": f"{_stage_name('prune', attempt)}/model",
                     **{k: res.report[k] for k in keep if k in res.report}}
 
-        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "samples": self.preset.prune_samples,
-                  "epochs": self.preset.prune_epochs, "seed": self.config.seed}
+        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
+                  "budget": self.preset.prune_budget(cand["prune_method"]) if cand.get("prune_method") else None,
+                  "recovery": recovery.to_dict()}
         return self._record(self.runner.run(_stage_name("prune", attempt), run, inputs=inputs, upstream=(ft, plan)))
 
     def _model_path(self, pr: StageRecord) -> Path:
@@ -258,18 +274,36 @@ class Compressor:
         max_len = max(self.budgets.seq_len, 128)
 
         def run(tmp: Path) -> dict:
-            from edgenlp.compress.build import build_bundle
-            from edgenlp.models.registry import load_model
+            from edgenlp.compress.build import export_candidate
+            from edgenlp.executor import Task
 
-            model, info = load_model(self._model_path(pr), labels=self.data.labels)
-            bundle = build_bundle(model, info, tmp / "bundle", candidate=cand, task=self.data,
-                                  max_seq_len=min(max_len, model.shape.max_positions),
-                                  annotations={"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
-                                  progress=self.progress)
-            return {"sizes": bundle.manifest.get("sizes", {}), "parity": bundle.manifest.get("parity", {})}
+            (built,) = self.build_candidates([Task(
+                _stage_name("export", attempt), export_candidate, (str(self._model_path(pr)), str(tmp / "bundle")),
+                {"candidate": cand, "labels": self.data.labels, "task": self.data, "max_seq_len": max_len,
+                 "annotations": {"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
+                 "progress": self.progress})])
+            return {"sizes": built["sizes"], "parity": built["parity"]}
 
         inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
         return self._record(self.runner.run(_stage_name("export", attempt), run, inputs=inputs, upstream=(pr, plan)))
+
+    def build_candidates(self, tasks: list) -> list:
+        """Run candidate builds (:class:`edgenlp.executor.Task`) on this run's executor; their results, in order.
+
+        The builds may run in other processes or on a Ray cluster; their
+        results come back here and the stage records are written by this
+        process. A build that raised re-raises here as itself; a build whose
+        worker died more often than allowed is a :class:`TasksFailedError`.
+        """
+        from edgenlp.executor import open_executor, successful_values
+
+        ex = self.executor or open_executor()
+        if ex.backend == "inline":  # the stage's own progress says it all
+            return successful_values(ex.map(tasks), reraise=True)
+        self.echo(f"building {len(tasks)} candidate(s) {ex.describe()}")
+        outcomes = ex.map(tasks, on_result=lambda o, done, total: self.echo(
+            f"  {o.key}: {'built' if o.ok else o.status} in {o.seconds:.0f} s ({done}/{total})"))
+        return successful_values(outcomes, reraise=True)
 
     def _baseline_program(self, base: StageRecord) -> tuple[Path, str] | None:
         prog = base.result.get("program")
@@ -285,12 +319,29 @@ class Compressor:
             return verify_bundle(ex.path / "bundle", tmp, data=self.data, target=self.target, budgets=self.budgets,
                                  reference_accuracy=_accuracy(ft.result["dev"]), max_drop=self.config.max_drop,
                                  baseline_latency_ms=base.result["latency_ms"], baseline_program=self._baseline_program(base),
-                                 runs=self.preset.profile_runs,
+                                 runs=self.preset.profile_runs, candidate=plan.result["chosen"],
                                  threads=host_threads(self.budgets.threads), native=_native_available())
 
-        inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs}
+        inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs,
+                  "host_speed_gate": True}
         return self._record(self.runner.run(_stage_name("verify", attempt), run, inputs=inputs,
                                             upstream=(ft, base, plan, ex)))
+
+    # -- before planning for the host: this machine's own cost table
+    def calibrate_host(self) -> None:
+        """For the ``host`` target, measure this machine's minimal calibration first unless one is cached.
+
+        Another machine's table would price this one (the plan for ``host``
+        depends on its kernels: int4 ran slower than fp32 on an AVX2-only CPU).
+        """
+        if self.target.name != "host":
+            return
+        from edgenlp.compress.planning import load_target
+        from edgenlp.targets.calibrate import ensure_host_table
+
+        ensure_host_table(seq_len=self.budgets.seq_len, threads=host_threads(self.budgets.threads),
+                          precisions=self.preset.schemes, progress=self.progress, echo=self.echo)
+        self.target = load_target(self.config.target)  # with this machine's calibrated rates
 
     def clear_final_outputs(self) -> None:
         """Remove a previous run's bundle and reports: they are rewritten only when this run ends."""
@@ -304,6 +355,7 @@ class Compressor:
         from edgenlp.compress.planning import exclusions_after
 
         self.clear_final_outputs()
+        self.calibrate_host()
         ft = self.finetune()
         base = self.baseline(ft)
         excluded: list[dict] = []
@@ -337,15 +389,22 @@ class Compressor:
 
 
 def compress(config: CompressConfig, out_dir: str | Path, *, data_dir: str | Path | None = None, device: str = "auto",
-             progress: bool = True, echo: Callable[[str], None] | None = None) -> CompressResult:
-    """Produce the most accurate bundle of ``config.model`` for ``config.task`` that fits ``config.target``'s budgets.
+             progress: bool = True, echo: Callable[[str], None] | None = None, executor=None) -> CompressResult:
+    """Produce the best bundle on ``config.objective`` of ``config.model`` for ``config.task`` within ``config.target``'s budgets.
 
     Stages run into ``out_dir`` (see the module docstring); a rerun with the
     same config skips the finished ones. Raises :class:`EdgeNLPError` for an
     unknown target or task, a budget no candidate can meet (naming the closest
     achievable point per budget), or when every attempt fails verification.
+    ``executor`` (:class:`edgenlp.executor.ExecutorConfig`) says where
+    candidate builds run: in this process (default), a local process pool or
+    Ray; :class:`edgenlp.executor.ExecutorError` when Ray cannot start.
     """
-    return Compressor(config, Path(out_dir), data_dir=data_dir, device=device, progress=progress, echo=echo).run()
+    from edgenlp.executor import open_executor
+
+    run = Compressor(config, Path(out_dir), data_dir=data_dir, device=device, progress=progress, echo=echo)
+    with open_executor(executor) as run.executor:  # after the inputs are checked, before any work
+        return run.run()
 
 
 def copy_bundle(src: Path, dest: Path) -> Path:

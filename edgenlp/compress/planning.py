@@ -46,13 +46,23 @@ def exclusions_after(candidate: Mapping[str, Any], kind: str | None) -> list[dic
 
     After an accuracy miss everything at least as aggressive as the candidate
     loses at least as much (``{"at_least": c}``); after a budget miss everything
-    at most as aggressive is at least as slow or large (``{"at_most": c}``).
+    at most as aggressive is at least as slow or large (``{"at_most": c}``);
+    after a bundle ran slower on the host than the uncompressed program, the
+    same weight and word-table precision pruned no more is at least as slow
+    (``{"slower": c}``: the precision's kernels are what is slow here).
     """
     if kind == "accuracy":
         return [{"at_least": dict(candidate)}]
     if kind == "budget":
         return [{"at_most": dict(candidate)}]
+    if kind == "slower":
+        return [{"slower": dict(candidate)}]
     return [{"exactly": dict(candidate)}]
+
+
+def _same_precision(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    bits = lambda c: tuple(c.get("bits")) if isinstance(c.get("bits"), (list, tuple)) else c.get("bits", "fp32")  # noqa: E731
+    return bits(a) == bits(b) and a.get("embeddings") == b.get("embeddings")
 
 
 def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
@@ -63,30 +73,52 @@ def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
             return True
         if "exactly" in r and dict(c) == dict(r["exactly"]):
             return True
+        if "slower" in r and _same_precision(c, r["slower"]) and at_least_as_aggressive(r["slower"], c):
+            return True
     return False
 
 
 def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, excluded: list, task,
-                      max_drop: float | None = None) -> dict:
-    """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate."""
-    from edgenlp.targets.planner import default_space, plan
+                      max_drop: float | None = None, objective: str = "latency") -> dict:
+    """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate.
 
-    space = [c for c in default_space(prune_methods=preset.prune_methods, schemes=preset.schemes)
-             if not is_excluded(_cand(c), excluded)]
+    The accuracy prior counts only rows measured at the budgets the preset
+    spends on each pruning method; a method is offered at its measured
+    sparsities only, and not at all without rows (``not_offered``). ``why``
+    says why the chosen candidate won on ``objective``.
+    """
+    from edgenlp.targets.planner import default_space, plan
+    from edgenlp.targets.prior import AccuracyModel
+
+    acc = AccuracyModel(budgets=preset.prune_budget_map())
+    methods = [m for m in preset.prune_methods if acc.sparsities(m)]
+    unmeasured = [m for m in preset.prune_methods if m not in methods]
+    space = [c for c in default_space(prune_methods=(), schemes=preset.schemes, sparsities=(0.0,))]
+    for m in methods:
+        space += [c for c in default_space(prune_methods=(m,), schemes=preset.schemes, sparsities=acc.sparsities(m))
+                  if c.prune_method == m]  # fmt: skip
+    space = [c for c in space if not is_excluded(_cand(c), excluded)]
     if not space:
         from edgenlp.errors import EdgeNLPError
 
         raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
-    result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name)
+    result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name,
+                  accuracy_model=acc, objective=objective)  # fmt: skip
     considered = []
-    for cand, pred, drop, fits in result.considered:
+    for point in result.considered:
+        cand, pred, drop, fits = point
         considered.append({"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
                            "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
-                           "predicted_drop": drop, "fits": bool(fits)})
+                           "predicted_drop": drop, "fits": bool(fits), "estimated": bool(pred.estimated),
+                           "prior": point.prior.to_dict() if point.prior else None})  # fmt: skip
     chosen = _cand(result.chosen)
     point = next((c for c in considered if c["candidate"] == chosen), None)
     return {"chosen": chosen, "chosen_prediction": point, "chosen_point": point, "considered": considered,
-            "estimated": bool(getattr(result, "estimated", True)), "excluded": excluded}
+            "estimated": bool(getattr(result, "estimated", True)), "excluded": excluded,
+            "why": result.choice.to_dict() if result.choice else None,
+            "prior": {"budgets": preset.prune_budget_map(), "methods_offered": methods,
+                      "methods_without_rows": unmeasured, "tolerance_points": round(acc.tolerance(max_drop), 4)},
+            "not_offered": len(result.not_offered)}
 
 
 def _cand(c) -> dict:

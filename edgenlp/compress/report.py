@@ -94,6 +94,8 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         "target": c.target.to_dict(),
         "budgets": c.budgets.to_dict(),
         "chosen": final["plan"].result["chosen"],
+        "why": plan_doc.get("why"),
+        "prior": {**(plan_doc.get("prior") or {}), "chosen": (plan_doc.get("chosen_point") or {}).get("prior")},
         "predicted": ver["checks"],
         "host_latency_ms": ver["host_latency_ms"],
         "host_speedup_vs_uncompressed": ver["host_speedup"],
@@ -104,7 +106,8 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         "parity": ver["parity"],
         "sizes": ver["sizes"],
         "attempts": [{"attempt": a["attempt"], "chosen": a["plan"].result["chosen"], "passed": a["verify"].result["passed"],
-                      "failures": a["verify"].result["failures"]} for a in attempts],
+                      "failures": a["verify"].result["failures"], "failures_kind": a["verify"].result.get("failures_kind"),
+                      "host_speedup": a["verify"].result.get("host_speedup")} for a in attempts],
         "recipe": manifest.get("applied", []),
         "stage_seconds": {**c.stage_seconds},
         "stages_skipped": [r.stage for r in c.runner.records.values() if r.skipped],
@@ -147,11 +150,28 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
                  f"{_fmt(p['memory_mb']['passed'])} |")
     lines.append(f"| size (MB, {p['size_mb']['artifact']}) | {_fmt(p['size_mb']['budget'])} | {_fmt(p['size_mb']['predicted'])} | "
                  f"{_fmt(p['size_mb']['measured'])} | {_fmt(p['size_mb']['passed'])} |")
+    gate = p.get("host_speedup")
+    if gate and gate.get("applies"):
+        lines.append(f"| host speed-up vs the uncompressed program (gate) | ≥ {gate['limit']:g}× | - | {_fmt(gate['measured'])}× | "
+                     f"{_fmt(gate['passed'])} |")
     sp = s.get("host_speedup_detail") or {}
     lines += ["", f"Host latency of the uncompressed model: {_fmt(sp.get('baseline_ms', s['baseline_latency_ms']))} ms; compressed: "
               f"{_fmt(sp.get('bundle_ms', s['host_latency_ms'].get('executorch')))} ms (speed-up "
               f"{_fmt(s['host_speedup_vs_uncompressed'])}×, {sp.get('method', 'separate measurements')}). "
               "Host times are this machine's, not the target's.", ""]
+    why = s.get("why")
+    if why:
+        lines += ["## Why this candidate", "", why["reason"], ""]
+        prior = s.get("prior") or {}
+        chosen_prior = prior.get("chosen") or {}
+        if chosen_prior:
+            src = ", ".join(f"`{x}`" for x in chosen_prior.get("sources", [])) or "-"
+            lines += [f"The predicted drop is {chosen_prior.get('basis', 'measured')} (accuracy prior rows from {src})"
+                      + (f"; {chosen_prior['note']}" if chosen_prior.get("note") else "") + "."]
+        if prior.get("methods_without_rows"):
+            lines += [f"Not offered: {', '.join(prior['methods_without_rows'])} (no measured prior row at the budget this "
+                      "preset spends)."]
+        lines.append("")
     lines += ["## Accuracy after each stage", "", "| stage | dev accuracy | measured through |", "|---|---|---|"]
     for r in s["accuracy"]:
         lines.append(f"| {r['stage']} | {r['accuracy']:.4f} | {r['through']} |")

@@ -19,7 +19,7 @@ def _predictions(runner, texts) -> np.ndarray:
 
 def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, reference_accuracy: float, max_drop: float,
                   baseline_latency_ms: float, runs: int, threads: int, native: bool,
-                  baseline_program: tuple[Path, str] | None = None) -> dict:
+                  baseline_program: tuple[Path, str] | None = None, candidate: dict | None = None) -> dict:
     """Measure the bundle and check it against the budgets and the accuracy limit; writes ``verify.json``.
 
     Accuracy is the dev set through ExecuTorch (and through the native runtime
@@ -31,6 +31,10 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
     (``baseline_program``: its ``.pte`` and method) and the bundle timed in
     alternation in one process; without it, from the baseline stage's
     separate measurement (``baseline_latency_ms``), marked as such.
+
+    For the ``host`` target the host speed-up is a gate: a bundle slower on
+    this machine than the uncompressed program fails (``failures_kind``
+    ``"slower"``), unless ``candidate`` is the uncompressed model itself.
     """
     from edgenlp.bundle import Bundle
     from edgenlp.compress.pipeline import _profile
@@ -74,17 +78,9 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
                        "passed": budgets.latency_ms is None or (measured_ms["executorch"] if on_host else predicted["latency_ms"]) <= budgets.latency_ms},
         "memory_mb": {"budget": budgets.memory_mb, "predicted": predicted["peak_memory_mb"], "estimated": predicted["estimated"],
                       "passed": budgets.memory_mb is None or predicted["peak_memory_mb"] <= budgets.memory_mb},
+        "host_speedup": host_speed_gate(speedup, on_host=on_host, candidate=candidate),
     }
-    failures = []
-    for name, c in checks.items():
-        if c["passed"]:
-            continue
-        if name == "accuracy":
-            failures.append(f"accuracy drop {drop:.2f} points > {max_drop}")
-        else:
-            got = c.get("host_measured") if (name == "latency_ms" and on_host) else c.get("measured", c.get("predicted"))
-            failures.append(f"{name.replace('_', ' ')} {got} > budget {c['budget']}")
-    kind = "accuracy" if not checks["accuracy"]["passed"] else ("budget" if failures else None)
+    failures, kind = judge(checks, on_host=on_host)
     result = {
         "passed": not failures,
         "failures": failures,
@@ -109,6 +105,7 @@ def _host_speedup(bundle, baseline_program: tuple[Path, str] | None, baseline_ms
     """Uncompressed ÷ compressed host latency, from alternating runs when the baseline program is at hand."""
     from edgenlp.bundle import pick_bucket
     from edgenlp.profile.executorch import compare_programs
+    from edgenlp.profile.timing import Timings
 
     if baseline_program is None:
         return {"speedup": round(baseline_ms / bundle_ms, 3) if bundle_ms > 0 else None, "baseline_ms": round(baseline_ms, 3),
@@ -119,6 +116,52 @@ def _host_speedup(bundle, baseline_program: tuple[Path, str] | None, baseline_ms
     vocab = int(bundle.manifest["model"]["shape"]["vocab_size"])
     times = compare_programs([(pte, method, vocab), (bundle.artifact("pte"), bucket.name, vocab)],
                              seq_len=bucket.seq_len, threads=threads, runs=max(runs, 20))
-    base, comp = float(np.median(times[0])), float(np.median(times[1]))
+    t = Timings.from_rounds({"baseline": times[0], "bundle": times[1]})
+    base, comp = t.summary("baseline")["median"], t.summary("bundle")["median"]
+    per_round = t.ratio_summary("baseline", "bundle")  # uncompressed / compressed, round by round
     return {"speedup": round(base / comp, 3) if comp > 0 else None, "baseline_ms": round(base, 3), "bundle_ms": round(comp, 3),
-            "runs": len(times[0]), "method": "alternating runs in one process (median each)"}
+            "speedup_p10": round(per_round["p10"], 3), "speedup_p90": round(per_round["p90"], 3),
+            "runs": t.rounds, "method": "alternating runs in one process (median each; p10-p90 of the per-round speed-ups)"}
+
+
+def is_uncompressed(candidate: dict | None) -> bool:
+    """The candidate is the fine-tuned model as it is (fp32, unpruned, full vocabulary)."""
+    return bool(candidate) and not candidate.get("sparsity") and candidate.get("bits", "fp32") == "fp32" \
+        and not candidate.get("embeddings") and not candidate.get("trim_vocab")
+
+
+def host_speed_gate(speedup: dict, *, on_host: bool, candidate: dict | None) -> dict:
+    """The "never slower than the uncompressed program" check of a ``host`` bundle, from the alternating timings.
+
+    Applies only when the target is this machine and the candidate changes the
+    model; passes when the median speed-up is at least 1 (or was not measured).
+    """
+    applies = on_host and not is_uncompressed(candidate)
+    value = speedup.get("speedup")
+    passed = (not applies) or value is None or value >= 1.0
+    return {"applies": applies, "measured": value, "limit": 1.0, "baseline_ms": speedup.get("baseline_ms"),
+            "bundle_ms": speedup.get("bundle_ms"), "method": speedup.get("method"), "passed": passed}
+
+
+def judge(checks: dict, *, on_host: bool) -> tuple[list[str], str | None]:
+    """The failure messages of ``checks`` and their kind: ``accuracy`` first, then ``budget``, then ``slower``.
+
+    ``slower`` (only the host speed gate failed) re-plans without the
+    candidate's precision at its pruning or less (:func:`edgenlp.compress.planning.exclusions_after`).
+    """
+    failures = []
+    for name, c in checks.items():
+        if c["passed"]:
+            continue
+        if name == "accuracy":
+            failures.append(f"accuracy drop {c['drop_points']:.2f} points > {c['limit']}")
+        elif name == "host_speedup":
+            failures.append(f"host speed-up {c['measured']}x < {c['limit']:g}: the bundle ran slower on this machine than the "
+                            f"uncompressed program ({c['bundle_ms']} ms vs {c['baseline_ms']} ms, {c['method']})")
+        else:
+            got = c.get("host_measured") if (name == "latency_ms" and on_host) else c.get("measured", c.get("predicted"))
+            failures.append(f"{name.replace('_', ' ')} {got} > budget {c['budget']}")
+    budget_failed = any(not checks[k]["passed"] for k in ("size_mb", "latency_ms", "memory_mb") if k in checks)
+    kind = ("accuracy" if not checks["accuracy"]["passed"] else "budget" if budget_failed
+            else "slower" if failures else None)  # fmt: skip
+    return failures, kind

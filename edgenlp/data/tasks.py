@@ -1,4 +1,4 @@
-"""Tasks: built-in (``sst2``, ``banking77``) and users' own folders.
+"""Tasks: built-in (``sst2``, ``banking77``, ``imdb``) and users' own folders.
 
 A task folder holds ``train.tsv`` and ``dev.tsv`` with a header row naming a
 ``text`` and a ``label`` column (in either order). Files are read with Python's
@@ -33,6 +33,7 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
     for t in (
         TaskSpec("sst2", "sst2", "binary sentiment of movie-review phrases (GLUE SST-2)", "accuracy"),
         TaskSpec("banking77", "banking77", "77 banking intents from customer messages", "accuracy"),
+        TaskSpec("imdb", "imdb", "binary sentiment of full movie reviews (long texts: use 128 or 256 tokens)", "accuracy"),
     )
 }
 
@@ -57,10 +58,19 @@ class Split:
         """A seeded random subset of ``n`` rows (the whole split when ``n`` is None or larger)."""
         if n is None or n >= len(self):
             return self
+        return self.take(self.sample_indices(n, seed=seed))
+
+    def sample_indices(self, n: int | None, *, seed: int) -> list[int]:
+        """The ascending row indices :meth:`sample` keeps (every row when ``n`` is None or larger)."""
+        if n is None or n >= len(self):
+            return list(range(len(self)))
         import random
 
-        idx = sorted(random.Random(seed).sample(range(len(self)), n))
-        return Split(tuple(self.texts[i] for i in idx), tuple(self.labels[i] for i in idx), self.path)
+        return sorted(random.Random(seed).sample(range(len(self)), n))
+
+    def take(self, index) -> "Split":
+        """The rows at ``index``, in that order."""
+        return Split(tuple(self.texts[i] for i in index), tuple(self.labels[i] for i in index), self.path)
 
     def label_ids(self, labels: tuple[str, ...]) -> list[int]:
         """Map string labels to indices of ``labels``; an unknown label raises :class:`DataError`."""

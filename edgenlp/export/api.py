@@ -18,10 +18,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from edgenlp import __version__
-from edgenlp.config import Config
+from edgenlp.config import Config, knob
 from edgenlp.errors import EdgeNLPError, ParityError
 from edgenlp.bundle import FORMAT, FORMAT_VERSION, FORMATS, VOCAB_MAP_FILE, Bundle, VocabMap, finalize_manifest
-from edgenlp.recipe import Step, parity_policy, recipe_to_list
+from edgenlp.recipe import FP32_PARITY, Step, parity_policy, recipe_to_list
 from edgenlp.utils import atomic_dir, environment
 
 log = logging.getLogger(__name__)
@@ -47,11 +47,13 @@ class ExportConfig(Config):
     step defines its own reference and tolerance).
     """
 
-    formats: tuple[str, ...] = FORMATS
-    max_seq_len: int = 128
-    buckets: tuple[int, ...] | None = None  # ExecuTorch sequence buckets; default powers of two up to max
-    parity_tolerance: float | None = None
-    parity_samples: int = 32
+    formats: tuple[str, ...] = knob(FORMATS, choices=FORMATS, help="Formats to lower to.")
+    max_seq_len: int = knob(128, help="Maximum sequence length the bundle accepts.")
+    buckets: tuple[int, ...] | None = knob(None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 "
+                                                      "(default: powers of two up to the maximum length).")
+    parity_tolerance: float | None = knob(None, help="Max |logit diff| vs the parity reference; export fails above it "
+                                                     f"(default: the model's parity policy, {FP32_PARITY.tolerance:g} for fp32).")
+    parity_samples: int = knob(32, help="Sentences the parity check compares.")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(self.formats))
@@ -76,6 +78,12 @@ class ExportConfig(Config):
         return self.buckets or default_buckets(self.max_seq_len)
 
 
+# Parity sentences: ``parity_samples`` real sentences (the full check, mostly in the short buckets
+# real text lands in) plus this many for every bucket method those leave unexercised.
+PARITY_PER_BUCKET = 3
+PARITY_POOL = 2000  # dev sentences searched for ones of each bucket's length
+
+
 def _eager_reference(model, tokenizer, texts: Sequence[str], max_len: int, *, id_map=None) -> np.ndarray:
     """Logits of each text run alone (no padding) through eager PyTorch (ids remapped by ``id_map`` when trimmed)."""
     import torch
@@ -95,6 +103,60 @@ def _compare(got: np.ndarray, ref: np.ndarray) -> dict:
     return {"max_abs_diff": float(np.abs(got - ref).max()), "argmax_agreement": float((got.argmax(-1) == ref.argmax(-1)).mean())}
 
 
+def _rms(diff: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(np.square(diff, dtype=np.float64))))
+
+
+def _bucket_of(n_tokens: int, buckets: Sequence[int]) -> int:
+    return next((b for b in buckets if b >= n_tokens), buckets[-1])
+
+
+def parity_texts(texts: Sequence[str], tokenizer, *, buckets: Sequence[int], samples: int,
+                 per_bucket: int = PARITY_PER_BUCKET) -> list[str]:
+    """The sentences a parity check runs: every bucket method gets some.
+
+    The first ``samples`` of ``texts`` (real sentences: the full check), then,
+    for each bucket in ``buckets`` that none of them reaches, up to
+    ``per_bucket`` sentences of that bucket's length: real ones when ``texts``
+    has them, else real sentences joined word by word until they are longer
+    than the bucket below. Real text is short (SST-2, Banking77: mostly under
+    32 tokens), so without this a broken 128-token method would pass.
+    """
+    from edgenlp.models.tokenizer import token_ids
+
+    buckets = sorted(buckets)
+    texts = [t for t in texts if t.strip()] or list(FALLBACK_SENTENCES)
+    lengths = [len(x) for x in token_ids(tokenizer, texts, max_len=buckets[-1] + 2)]
+    chosen = list(texts[:samples])
+    have = {_bucket_of(n, buckets) for n in lengths[:samples]}
+    words = " ".join(texts).split() or ["ok"]
+    for i, b in enumerate(buckets):
+        if b in have:
+            continue
+        lo = buckets[i - 1] if i else 0
+        real = [t for t, n in zip(texts[samples:], lengths[samples:]) if _bucket_of(n, buckets) == b][:per_bucket]
+        chosen += real
+        for k in range(per_bucket - len(real)):
+            start = (k * 97) % len(words)  # a different stretch of real words for each
+            ws = (words[start:] + words[:start]) * (2 + (b + 2) // len(words))
+            chosen.append(_join_past(ws, lo, tokenizer, max_len=b + 2))
+    return chosen
+
+
+def _join_past(words: Sequence[str], n_tokens: int, tokenizer, *, max_len: int) -> str:
+    """The fewest leading ``words`` whose token ids (with [CLS]/[SEP]) are more than ``n_tokens``."""
+    from edgenlp.models.tokenizer import token_ids
+
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(token_ids(tokenizer, [" ".join(words[:mid])], max_len=max_len)[0]) > n_tokens:
+            hi = mid
+        else:
+            lo = mid + 1
+    return " ".join(words[:lo])
+
+
 def check_parity(
     bundle_dir: Path,
     model,
@@ -107,23 +169,40 @@ def check_parity(
     tolerance: float | None = None,
     runner_factory: Callable[..., "object"] | None = None,
     id_map=None,
+    buckets: Sequence[int] | None = None,
+    timings: dict | None = None,
 ) -> dict:
     """Parity of each lowered format against the policy's eager reference, through real runners.
 
-    Returns ``{runtime: {policy, max_abs_diff, tolerance, samples, argmax_agreement,
-    passed[, fp32]}}``: the lowering error against ``policy.reference_model(model)``
-    (gated by the tolerance) and, when ``policy.compare_fp32``, the difference to
+    Returns ``{runtime: {policy, max_abs_diff, tolerance, bound, samples,
+    argmax_agreement, passed[, fp32][, per_bucket]}}``: the lowering error
+    against ``policy.reference_model(model)``, gated by the tolerance
+    :meth:`edgenlp.recipe.ParityPolicy.bound` gives (``bound`` records which
+    term set it and why), and, when ``policy.compare_fp32``, the difference to
     the unmodified fp32 model under ``fp32`` (reported, not gated): for a
     quantized model the first is the lowering error, the second the
-    quantization error. ``id_map`` remaps token ids of a trimmed vocabulary.
+    quantization error. With ``policy.rounding_reference`` the reference's own
+    activation-rounding error is measured on the same sentences
+    (``activation_rounding_error``). ``buckets`` (ExecuTorch) adds the max
+    |diff| per bucket method. ``id_map`` remaps token ids of a trimmed
+    vocabulary. ``timings`` (a dict) receives the seconds of each part.
     """
     from edgenlp.bundle import FORMAT_RUNTIME
+    from edgenlp.models.tokenizer import token_ids
     from edgenlp.run.base import get_runner
 
+    timings = timings if timings is not None else {}
     make_runner = runner_factory or get_runner
+    t0 = time.perf_counter()
     ref = _eager_reference(policy.reference_model(model), tokenizer, texts, max_len, id_map=id_map)
     fp32 = _eager_reference(policy.fp32_model(model), tokenizer, texts, max_len, id_map=id_map) if policy.compare_fp32 else None
+    rounding = (_eager_reference(policy.rounding_reference(model), tokenizer, texts, max_len, id_map=id_map)
+                if policy.rounding_reference is not None else None)
+    timings["parity_reference"] = time.perf_counter() - t0
     quant_error = float(np.abs(ref - fp32).max()) if fp32 is not None else None
+    rounding_error = float(np.abs(ref - rounding).max()) if rounding is not None else None
+    rounding_rms = _rms(ref - rounding) if rounding is not None else None
+    lengths = [len(x) for x in token_ids(tokenizer, texts, max_len=max_len)]
     out = {}
     for fmt in formats:
         runtime = FORMAT_RUNTIME[fmt]
@@ -133,16 +212,65 @@ def check_parity(
         p = {"policy": policy.name, **_compare(got, ref), "samples": len(texts)}
         if fp32 is not None:
             p["fp32"] = _compare(got, fp32)
-        tol = tolerance if tolerance is not None else policy.tolerance_for(
-            runtime, reference_scale=np.abs(ref).max(), quant_error=quant_error)
-        p["tolerance"] = tol
+        if tolerance is not None:
+            bound = {"tolerance": float(tolerance), "applied": "user", "why": "--tolerance given", "terms": {}}
+        else:
+            bound = policy.bound(runtime, reference_scale=np.abs(ref).max(), quant_error=quant_error,
+                                 rounding_error=rounding_error, rounding_rms=rounding_rms)
+        p["tolerance"] = bound["tolerance"]
+        p["bound"] = bound
         if quant_error is not None:
             p["reference_vs_fp32"] = quant_error
-        p["passed"] = p["max_abs_diff"] <= tol
+        if rounding_error is not None:
+            p["activation_rounding_error"] = rounding_error
+            p["activation_rounding_rms"] = rounding_rms
+        p["rms_diff"] = _rms(got - ref)
+        if runtime == "executorch":
+            from edgenlp.export.executorch import xnnpack_kernel_family
+
+            p["kernel_family"] = xnnpack_kernel_family()
+        if buckets and runtime == "executorch":
+            per = {}
+            for b in sorted(buckets):
+                rows = [i for i, n in enumerate(lengths) if _bucket_of(n, sorted(buckets)) == b]
+                if rows:
+                    per[str(b)] = {"samples": len(rows), "max_abs_diff": float(np.abs(got[rows] - ref[rows]).max())}
+            p["per_bucket"] = per
+        p["passed"] = bool(p["max_abs_diff"] <= p["tolerance"]
+                           and ("rms_limit" not in bound or p["rms_diff"] <= bound["rms_limit"]))
         p["seconds"] = round(time.perf_counter() - t0, 3)
+        timings[f"parity_{runtime}"] = p["seconds"]
         out[runtime] = p
-        log.info("parity %s (%s): max |diff| %.2e over %d sentences", runtime, policy.name, p["max_abs_diff"], len(texts))
+        log.info("parity %s (%s): max |diff| %.2e over %d sentences (tolerance %.2e: %s)", runtime, policy.name,
+                 p["max_abs_diff"], len(texts), p["tolerance"], bound["applied"])
     return out
+
+
+def _failure(runtime: str, p: dict) -> str:
+    """One clause of the parity error: which limit a runtime's logits broke, and by how much."""
+    out = []
+    if p["max_abs_diff"] > p["tolerance"]:
+        out.append(f"max |logit diff| {p['max_abs_diff']:.3g} > {p['tolerance']:.3g} ({p['bound']['applied']} bound)")
+    if "rms_limit" in p["bound"] and p["rms_diff"] > p["bound"]["rms_limit"]:
+        out.append(f"RMS |logit diff| {p['rms_diff']:.3g} > {p['bound']['rms_limit']:.3g} (activation-rounding RMS bound)")
+    return f"{runtime} {' and '.join(out)} ({p['policy']})"
+
+
+def check_lowered_linears(methods: Sequence[dict], bits: Mapping[str, int]) -> list[str]:
+    """Problems with the linears each lowered method delegates, against the quantization's per-linear bits.
+
+    ``methods`` are the manifest's ``artifacts.pte.methods`` (their
+    ``delegated_linears`` count linears by weight precision, read from the
+    lowered graph). A linear the quantization made int8 that lowered as fp32
+    (or the reverse) is a wrong lowering however close its logits come: an
+    fp32 program sits within the quantization error of the reference.
+    """
+    want: dict[str, int] = {}
+    for b in bits.values():
+        key = "fp32" if b == 32 else f"int{b}"
+        want[key] = want.get(key, 0) + 1
+    return [f"{m['name']} delegates linears {m.get('delegated_linears')}, the quantization made {want}"
+            for m in methods if m.get("delegated_linears") != want]
 
 
 def _quantization_entry(quant) -> dict:
@@ -198,36 +326,64 @@ def export_bundle(
     if any(step.type == "quantize" for step in recipe):
         raise ValueError("export lowers the model it is given: quantize it first (edgenlp.quantize.api.quantize_model), "
                          "not through a recipe step")
-    fp32_model = quant.source if quant is not None else model
     steps = (*info.recipe, *recipe)
+    # dynamic models (edgenlp.dynamic): the static program plus segments, see edgenlp.export.segments
+    from edgenlp.export import segments as seg
+
+    model = seg.as_dynamic(model, info, steps)
+    dynamic, dpte, donnx = seg.is_dynamic(model), None, None
+    fp32_model = quant.source if quant is not None else model
+    if dynamic and quant is not None:
+        fp32_model = model.with_base(quant.source)
     policy = parity_policy(steps)
-    texts = list(sample_texts or (task.dev.texts[: config.parity_samples] if task else FALLBACK_SENTENCES))
+    pool = list(sample_texts or (task.dev.texts[:PARITY_POOL] if task else FALLBACK_SENTENCES))
+    buckets = config.resolved_buckets if "pte" in config.formats else (config.max_seq_len,)
+    texts = parity_texts(pool, tokenizer, buckets=buckets, samples=config.parity_samples)
     seconds: dict[str, float] = {}
     artifacts: dict[str, dict] = {}
     out_dir = Path(out_dir)
+    stages: dict[str, float] = {"quantize": quant.seconds} if quant is not None else {}
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     with atomic_dir(out_dir) as tmp:
         if "pte" in config.formats:
             from edgenlp.export.executorch import to_pte
 
             log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
-            res = to_pte(model, buckets=config.resolved_buckets)
+            if dynamic:
+                dpte = seg.to_pte_dynamic(model, buckets=config.resolved_buckets)
+                res = dpte.static
+            else:
+                res = to_pte(model, buckets=config.resolved_buckets)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds
+            stages.update({f"pte_{k}": v for k, v in res.stages.items()})
+            if quant is not None:
+                wrong = check_lowered_linears(artifacts["pte"]["methods"], quant.bits)
+                if wrong:
+                    raise ParityError(f"export: the lowered program does not hold the quantized linears ({wrong[0]}); "
+                                      f"nothing written to {out_dir}")
         if "onnx" in config.formats:
             from edgenlp.export.onnx import to_onnx
 
             log.info("exporting to ONNX")
             res = to_onnx(fp32_model, max_seq_len=config.max_seq_len)
             data = res.data
+            stages["onnx_export"] = res.seconds
             if quant is not None:
                 from edgenlp.export.onnx_quant import quantize_onnx
 
                 log.info("quantizing the ONNX model with ONNX Runtime's tools")
+                t0 = time.perf_counter()
                 data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
+                stages["onnx_quantize"] = time.perf_counter() - t0
             (tmp / "model.onnx").write_bytes(data)
+            if dynamic:
+                files, donnx = seg.to_onnx_segments(fp32_model, max_seq_len=config.max_seq_len, quant=quant)
+                for name, blob in files.items():
+                    (tmp / name).write_bytes(blob)
             artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
-            seconds["onnx"] = res.seconds
+            seconds["onnx"] = res.seconds + stages.get("onnx_quantize", 0.0)
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")
         tok_settings = {**info.tokenizer, "vocab": "vocab.txt", "type": "wordpiece"}
@@ -255,8 +411,10 @@ def export_bundle(
             "artifacts": artifacts,
             "applied": recipe_to_list((*steps, Step("export", config))),
             **({"quantization": _quantization_entry(quant)} if quant is not None else {}),
+            **({"dynamic": seg.manifest_entry(model, buckets=config.resolved_buckets, pte=dpte, onnx=donnx)} if dynamic else {}),
             "parity": {},
-            "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()}, "environment": environment()},
+            "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()},
+                       "environment": environment()},
         }
         clash = sorted(set(annotations or {}) & set(manifest))
         if clash:
@@ -267,11 +425,23 @@ def export_bundle(
         # Parity through the real runtimes, on the bundle as written.
         manifest["parity"] = check_parity(tmp, model, policy, formats=config.formats, texts=texts, tokenizer=tokenizer,
                                           max_len=config.max_seq_len, tolerance=config.parity_tolerance,
-                                          runner_factory=runner_factory, id_map=vocab_map)
-        failures = [f"{rt} max |logit diff| {p['max_abs_diff']:.2e} > {p['tolerance']:.0e} ({p['policy']})"
-                    for rt, p in manifest["parity"].items() if not p["passed"]]
+                                          runner_factory=runner_factory or (seg.static_runner if dynamic else None),
+                                          id_map=vocab_map,
+                                          buckets=config.resolved_buckets if "pte" in config.formats else None,
+                                          timings=stages)
+        failures = [_failure(rt, p) for rt, p in manifest["parity"].items() if not p["passed"]]
+        if dynamic:
+            manifest["dynamic"]["parity"] = seg.check_segment_parity(
+                tmp, policy.reference_model(model), formats=config.formats, texts=texts, tokenizer=tokenizer,
+                max_len=config.max_seq_len, tolerances={rt: p["tolerance"] for rt, p in manifest["parity"].items()},
+                id_map=vocab_map)
+            failures += [f"{rt} segments max |diff| {max(p['exit_logits_max_abs_diff'], p['importance_max_abs_diff']):.2e}"
+                         f" > {p['tolerance']:.0e}" for rt, p in manifest["dynamic"]["parity"].items() if not p["passed"]]
         if failures:
             raise ParityError(f"export parity failed ({'; '.join(failures)}); nothing written to {out_dir}")
+        stages["total"] = time.perf_counter() - wall0
+        manifest["export"]["stages"] = {k: round(v, 3) for k, v in stages.items()}
+        manifest["export"]["cpu_seconds"] = round(time.process_time() - cpu0, 2)
         finalize_manifest(tmp, manifest)
     return Bundle.open(out_dir)
 

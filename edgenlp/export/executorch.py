@@ -65,6 +65,7 @@ class PteResult:
     methods: list[MethodReport]
     seconds: float
     etrecord: object | None = field(default=None, repr=False)
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per stage (export per bucket, lower, serialize)
 
     def manifest_entry(self) -> dict:
         return {
@@ -72,6 +73,7 @@ class PteResult:
             "backend": "xnnpack",
             "delegate_calls_per_method": max(m.delegate_calls for m in self.methods),
             "lower_seconds": round(self.seconds, 2),
+            "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
         }
 
 
@@ -119,6 +121,27 @@ def _method_report(name: str, seq_len: int, final_gm: torch.fx.GraphModule, *, d
     return MethodReport(name, seq_len, calls, delegated, dict(ops), linears)
 
 
+def xnnpack_kernel_family(cpu: dict | None = None) -> str:
+    """Which family of XNNPACK's dynamically quantized (QD8) kernels this host runs.
+
+    ``x86-avx512vnni``, ``x86-avxvnni``, ``x86-avx2``, ``x86-sse`` (older x86),
+    ``arm-i8mm``, ``arm-dotprod`` or ``arm-neon``, from ``cpu``
+    (:func:`edgenlp.utils.cpu_info`, this host's by default). The families
+    round activations differently (see :mod:`edgenlp.quantize.rounding`).
+    """
+    from edgenlp.utils import cpu_info
+
+    cpu = cpu if cpu is not None else cpu_info()
+    isa = set(cpu.get("isa", []))
+    if str(cpu.get("machine", "")).lower() in ("aarch64", "arm64"):
+        return "arm-i8mm" if "i8mm" in isa else "arm-dotprod" if "asimddp" in isa else "arm-neon"
+    if isa & {"avx512_vnni", "avx512vnni"}:
+        return "x86-avx512vnni"
+    if "avx_vnni" in isa:
+        return "x86-avxvnni"
+    return "x86-avx2" if "avx2" in isa else "x86-sse"
+
+
 def is_quantized(model: torch.nn.Module) -> bool:
     """Whether any weight of ``model`` is a quantized tensor subclass (torchao) rather than a plain tensor."""
     return any(type(p) not in (torch.Tensor, torch.nn.Parameter) for p in model.parameters())
@@ -149,14 +172,19 @@ def to_pte(
     from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
 
     start = time.perf_counter()
+    stages: dict[str, float] = {}
     m = model if prepared else prepare(model)
     quantized = is_quantized(m)
     vocab = m.shape.vocab_size if hasattr(m, "shape") else 1000
     programs = {}
     for seq in buckets:
+        t = time.perf_counter()
         with torch.no_grad():
             programs[f"forward_{seq}"] = torch.export.export(m, example_inputs(seq, vocab_size=vocab), strict=False)
+        stages[f"torch_export_{seq}"] = time.perf_counter() - t
+    t = time.perf_counter()
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=generate_etrecord)
+    stages["edge_lower_partition"] = time.perf_counter() - t
     edge_gms = {name: edge.exported_program(name).graph_module for name in programs}
     linears = {name: delegated_linears(gm) for name, gm in edge_gms.items()}
     delegated = {}
@@ -167,7 +195,10 @@ def to_pte(
             delegated[name] = get_delegation_info(gm).num_delegated_nodes
         except Exception:  # pragma: no cover - devtools API drift
             delegated[name] = -1
+    t = time.perf_counter()
     et = edge.to_executorch(ExecutorchBackendConfig(do_quant_fusion_and_const_prop=quantized))
+    buffer = et.buffer
+    stages["to_executorch_serialize"] = time.perf_counter() - t
     reports = [
         _method_report(name, seq, et.exported_program(name).graph_module, delegated=delegated[name], linears=linears[name])
         for name, seq in zip(programs, buckets)
@@ -176,4 +207,5 @@ def to_pte(
     seconds = time.perf_counter() - start
     for r in reports:
         log.info("%s: %d delegate call(s), outside XNNPACK: %s", r.name, r.delegate_calls, r.non_delegated or "none")
-    return PteResult(et.buffer, reports, seconds, etrecord)
+    log.info("lowering stages (s): %s", {k: round(v, 2) for k, v in stages.items()})
+    return PteResult(buffer, reports, seconds, etrecord, stages)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from edgenlp.config import Config
+from edgenlp.config import Config, check_bool, check_choice, check_int, check_lr, check_positive, check_range, knob
 from edgenlp.models.families import ATTENTION_LINEARS, LAYER_LINEARS
 
 METHODS = ("full", "learner", "far", "bitfit", "freeze-ffn")
@@ -36,29 +36,16 @@ AUTO_MAX_EPOCHS = 10
 LR_GROUPS = ("body", "head", "priming")
 # Modules a Learner may target: the canonical per-layer linears and the pooler.
 LEARNER_TARGETS = LAYER_LINEARS + ("pooler",)
+# LearnerConfig.rank=None: hidden // RANK_DIVISOR (64 at hidden 768, 32 for MiniLM's 384).
+RANK_DIVISOR = 12
 
 
-def _check_positive(name: str, value, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
-
-
-def _check_lr(name: str, value) -> None:
-    """A learning rate: ``None`` (the default) or a finite number in (0, 1]."""
-    if value is None:
-        return
-    if (not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value)
-            or not 0.0 < value <= 1.0):
-        raise ValueError(f"{name} must be a learning rate in (0, 1], got {value!r}")
-
-
-def _check_int(name: str, value, *, minimum: int, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+def rates_by_method(rates: dict[str, float]) -> str:
+    """``{"full": 5e-5, "learner": 1e-3, ...}`` -> ``"5e-05 full/..., 0.001 learner/..."``."""
+    by_rate: dict[float, list[str]] = {}
+    for method, rate in rates.items():
+        by_rate.setdefault(rate, []).append(method)
+    return ", ".join(f"{rate:g} {'/'.join(methods)}" for rate, methods in by_rate.items())
 
 
 @dataclass(frozen=True)
@@ -71,6 +58,10 @@ class LearnerConfig(Config):
     the rank per module pattern (fnmatch on ``layers.<i>.<name>`` / ``pooler``),
     e.g. ``(("layers.*.ffn_*", 16),)``; the first matching pattern wins.
 
+    ``VERSION`` 2: ``priming_epochs``, ``priming_lr`` and ``bitfit`` unset
+    (``None``) follow the task (:func:`learner_schedule`), as do the body and
+    head rates of :class:`FinetuneConfig` left unset for this method.
+
     Priming: the first ``priming_epochs`` epochs (fractional allowed) or, when
     given, the first ``priming_steps`` steps also train the attention weights
     (query/key/value/attn_out) at ``priming_lr``; afterwards only Learners and
@@ -81,41 +72,110 @@ class LearnerConfig(Config):
     rank would use).
     """
 
-    rank: int | str | None = None
-    ranks: tuple[tuple[str, int], ...] = ()
-    targets: tuple[str, ...] = LEARNER_TARGETS
-    priming_epochs: float = 1.0
-    priming_steps: int | None = None
-    priming_lr: float = 5e-5
-    energy: float = 0.9
-    budget: int | None = None
+    VERSION = 2  # 2: priming_epochs/priming_lr/bitfit None follow the task; probe_epochs, bitfit
+
+    rank: int | str | None = knob(None, help=f"Learner rank: an integer for every target, 'auto' (each layer's from the "
+                                             f"weight change while priming), or unset for hidden // {RANK_DIVISOR}.")
+    ranks: tuple[tuple[str, int], ...] = knob((), help="Rank per module pattern (fnmatch on layers.<i>.<name> / pooler), "
+                                                      "PATTERN=RANK; the first matching pattern wins.")
+    targets: tuple[str, ...] = knob(LEARNER_TARGETS, choices=LEARNER_TARGETS, help="Modules that get Learners.")
+    priming_epochs: float | None = knob(None, help="Priming length in epochs (fractions allowed): the attention weights "
+                                                   "train too (default: from the task, see learner_schedule).")
+    priming_steps: int | None = knob(None, help="Priming length in steps (instead of --priming-epochs).")
+    priming_lr: float | None = knob(None, help="Learning rate of the weights trained while priming (default: from the task).")
+    energy: float = knob(0.9, help="Rank 'auto': the share of ||dW||^2 each chosen rank must capture, in (0, 1].")
+    budget: int | None = knob(None, help="Rank 'auto': the most Learner parameters (default: what the fixed rank uses).")
+    probe_epochs: float = knob(0.0, help="Linear probing first (LP-FT): epochs (fractions allowed) in which only the task "
+                                         "head trains, before priming and the Learners.")
+    bitfit: bool | None = knob(None, help="Train every bias and layer norm (embeddings' included) with the Learners, as "
+                                          "BitFit does (default: from the task).")
 
     def __post_init__(self) -> None:
         if self.rank is not None and self.rank != "auto":
-            _check_int("rank", self.rank, minimum=1)
+            check_int("rank", self.rank, minimum=1)
         object.__setattr__(self, "ranks", tuple((str(p), r) for p, r in (tuple(x) for x in self.ranks)))
         for pattern, r in self.ranks:
-            _check_int(f"rank for {pattern!r}", r, minimum=1)
+            check_int(f"rank for {pattern!r}", r, minimum=1)
         object.__setattr__(self, "targets", tuple(self.targets))
         bad = [t for t in self.targets if t not in LEARNER_TARGETS]
         if bad or not self.targets:
             raise ValueError(f"targets must be a non-empty subset of {LEARNER_TARGETS}, got {self.targets!r}")
-        if not isinstance(self.priming_epochs, (int, float)) or self.priming_epochs < 0 or math.isnan(self.priming_epochs):
-            raise ValueError(f"priming_epochs must be >= 0, got {self.priming_epochs!r}")
-        _check_int("priming_steps", self.priming_steps, minimum=0, allow_none=True)
-        _check_lr("priming_lr", self.priming_lr)
-        if not isinstance(self.energy, (int, float)) or not 0.0 < self.energy <= 1.0:
-            raise ValueError(f"energy must be in (0, 1], got {self.energy!r}")
-        _check_int("budget", self.budget, minimum=1, allow_none=True)
+        if self.priming_epochs is not None:
+            check_range("priming_epochs", self.priming_epochs, 0.0)
+        check_int("priming_steps", self.priming_steps, minimum=0, allow_none=True)
+        if self.priming_lr is not None:
+            check_lr("priming_lr", self.priming_lr)
+        check_range("energy", self.energy, 0.0, 1.0, low_open=True)
+        check_int("budget", self.budget, minimum=1, allow_none=True)
+        check_range("probe_epochs", self.probe_epochs, 0.0)
+        if self.bitfit is not None:
+            check_bool("bitfit", self.bitfit)
         no_priming = self.priming_steps == 0 or (self.priming_steps is None and self.priming_epochs == 0)
         if self.rank == "auto" and no_priming:
             raise ValueError("rank='auto' needs priming (priming_epochs > 0 or priming_steps > 0) to measure the weight change")
 
-    def priming_steps_for(self, steps_per_epoch: int) -> int:
-        """Number of priming steps for a run with ``steps_per_epoch`` steps per epoch."""
+    def priming_steps_for(self, steps_per_epoch: int, schedule: "LearnerSchedule | None" = None) -> int:
+        """Number of priming steps for a run with ``steps_per_epoch`` steps per epoch (unset: ``schedule``'s)."""
         if self.priming_steps is not None:
             return self.priming_steps
+        if self.priming_epochs is None:
+            if schedule is None:
+                raise ValueError("priming_epochs is unset: the priming length comes from a LearnerSchedule")
+            return schedule.priming_steps
         return int(round(self.priming_epochs * steps_per_epoch))
+
+    @classmethod
+    def upgrade(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """Version 1 primed 1 epoch at 5e-5 by default (always written out) and had no bitfit or probing."""
+        if d.get("version", cls.VERSION) == 1:
+            d = {"priming_epochs": 1.0, "priming_lr": 5e-5, **d, "bitfit": False, "probe_epochs": 0.0, "version": cls.VERSION}
+        return d
+
+    def probe_steps_for(self, steps_per_epoch: int) -> int:
+        """Number of linear-probing (head only) steps for a run with ``steps_per_epoch`` steps per epoch."""
+        return int(round(self.probe_epochs * steps_per_epoch))
+
+
+# The Learner schedule (learner_schedule): what LearnerConfig's unset knobs become for one task.
+# Chosen by tools/bench/learner_ablation.py (results/learner-ablation.md).
+PRIMING_SHARE = 1 / 3  # of the run's steps ...
+PRIMING_MAX_EPOCHS = 1.0  # ... and never more than this many epochs
+PRIMING_LR = 5e-5
+
+
+@dataclass(frozen=True)
+class LearnerSchedule:
+    """The Learner settings a task gets when LearnerConfig leaves them unset (see :func:`learner_schedule`)."""
+
+    priming_steps: int
+    priming_lr: float
+    bitfit: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"priming_steps": self.priming_steps, "priming_lr": self.priming_lr, "bitfit": self.bitfit}
+
+
+def learner_schedule(*, classes: int, steps_per_epoch: int, total_steps: int) -> LearnerSchedule:
+    """The Learner's defaults for a task: a deterministic function of its classes, rows and epochs.
+
+    Rows and epochs enter as the run's ``steps_per_epoch`` (rows / batch) and
+    ``total_steps`` (epochs x steps per epoch, after ``max_steps``). Priming
+    takes :data:`PRIMING_SHARE` of the run, at most :data:`PRIMING_MAX_EPOCHS`
+    epochs, and always leaves Learner steps after it: 1 epoch of a 3-epoch
+    run (what the 3-epoch measurements used), a third of an epoch of a
+    1-epoch run (where a whole epoch cannot fit), 2/3 of an epoch of a
+    2-epoch run (not half of it).
+
+    >>> learner_schedule(classes=77, steps_per_epoch=282, total_steps=846).priming_steps
+    282
+    >>> learner_schedule(classes=77, steps_per_epoch=282, total_steps=282).priming_steps
+    94
+    """
+    check_int("classes", classes, minimum=1)
+    check_int("steps_per_epoch", steps_per_epoch, minimum=1)
+    check_int("total_steps", total_steps, minimum=1)
+    priming = min(int(PRIMING_SHARE * total_steps), int(round(PRIMING_MAX_EPOCHS * steps_per_epoch)), total_steps - 1)
+    return LearnerSchedule(priming_steps=max(0, priming), priming_lr=PRIMING_LR, bitfit=False)
 
 
 @dataclass(frozen=True)
@@ -123,14 +183,12 @@ class FarConfig(Config):
     """Freeze-And-Reconfigure: prime all weights for ``priming_fraction`` of the steps,
     then keep only the ``keep`` fraction of FFN neurons that moved most trainable."""
 
-    keep: float = 0.1
-    priming_fraction: float = 0.1
+    keep: float = knob(0.1, help="Fraction of FFN neurons kept trainable after priming, in (0, 1].")
+    priming_fraction: float = knob(0.1, help="Fraction of the steps that prime the whole model, in (0, 1).")
 
     def __post_init__(self) -> None:
-        if not isinstance(self.keep, (int, float)) or not 0.0 < self.keep <= 1.0:
-            raise ValueError(f"keep must be in (0, 1], got {self.keep!r}")
-        if not isinstance(self.priming_fraction, (int, float)) or not 0.0 < self.priming_fraction < 1.0:
-            raise ValueError(f"priming_fraction must be in (0, 1), got {self.priming_fraction!r}")
+        check_range("keep", self.keep, 0.0, 1.0, low_open=True)
+        check_range("priming_fraction", self.priming_fraction, 0.0, 1.0, low_open=True, high_open=True)
 
 
 def auto_epochs(train_rows: int, batch_size: int) -> int:
@@ -162,60 +220,60 @@ class FinetuneConfig(Config):
 
     VERSION = 2  # 2: head_lr, early_stop, patience, epochs=None (version-1 dicts read back as what they ran)
 
-    method: str = "full"
-    epochs: int | None = None
-    max_steps: int | None = None
-    train_limit: int | None = None
-    subset_seed: int = 0
-    batch_size: int = 32
-    lr: float | None = None
-    head_lr: float | None = None
-    early_stop: bool = True
-    patience: int = 2
-    weight_decay: float = 0.01
-    warmup_fraction: float = 0.06
-    max_grad_norm: float = 1.0
-    seed: int = 0
-    max_seq_len: int = 128
-    eval_batch_size: int = 128
-    threads: int | None = None
-    learner: LearnerConfig | None = None
-    far: FarConfig | None = None
+    method: str = knob("full", choices=METHODS, help="What trains: every weight (full), Learners with priming (learner), "
+                                                     "the most-moved FFN neurons after priming (far), biases (bitfit), "
+                                                     "all but the FFNs (freeze-ffn).")
+    epochs: int | None = knob(None, help=f"Total epochs, priming included (default: from the training-set size, at least "
+                                         f"{AUTO_MIN_STEPS} steps, at most {AUTO_MAX_EPOCHS} epochs).")
+    max_steps: int | None = knob(None, help="Stop after this many optimizer steps.")
+    train_limit: int | None = knob(None, help="Train on a subset of this many rows drawn with --subset-seed.")
+    subset_seed: int = knob(0, help="Seed of the --train-limit subset (fixed across run seeds).")
+    batch_size: int = knob(32, help="Training batch size.")
+    lr: float | None = knob(None, help=f"Body learning rate (default per method: {rates_by_method(DEFAULT_LR)}).")
+    head_lr: float | None = knob(None, help=f"Learning rate of the task head, classifier and pooler "
+                                            f"(default: {DEFAULT_HEAD_LR:g}).")
+    early_stop: bool = knob(True, help="Evaluate on dev after every epoch and return the best epoch's weights "
+                                       "(otherwise the last epoch's, every epoch run).")
+    patience: int = knob(2, help="Early stopping: epochs without a better dev score before training stops.")
+    weight_decay: float = knob(0.01, help="AdamW weight decay of matrices (vectors never decay).")
+    warmup_fraction: float = knob(0.06, help="Fraction of the steps of linear learning-rate warm-up, in [0, 1).")
+    max_grad_norm: float = knob(1.0, help="Gradient norm clipping.")
+    seed: int = knob(0, help="Seed of initialization (e.g. a new head), dropout and data order.")
+    max_seq_len: int = knob(128, help="Longest tokenized sentence (capped at the model's positions when not given).")
+    eval_batch_size: int = knob(128, help="Batch size of dev evaluation.")
+    threads: int | None = knob(None, help="torch intra-op threads (default: torch's choice).")
+    learner: LearnerConfig | None = knob(None, help="The learner method's settings (default with method learner).")
+    far: FarConfig | None = knob(None, help="The far method's settings (default with method far).")
 
     def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        _check_int("epochs", self.epochs, minimum=1, allow_none=True)
-        _check_int("max_steps", self.max_steps, minimum=1, allow_none=True)
-        _check_int("train_limit", self.train_limit, minimum=1, allow_none=True)
-        _check_int("subset_seed", self.subset_seed, minimum=0)
-        _check_int("batch_size", self.batch_size, minimum=1)
-        _check_lr("lr", self.lr)
-        _check_lr("head_lr", self.head_lr)
-        if not isinstance(self.early_stop, bool):
-            raise ValueError(f"early_stop must be True or False, got {self.early_stop!r}")
-        _check_int("patience", self.patience, minimum=1)
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if not isinstance(self.warmup_fraction, (int, float)) or not 0.0 <= self.warmup_fraction < 1.0:
-            raise ValueError(f"warmup_fraction must be in [0, 1), got {self.warmup_fraction!r}")
-        _check_positive("max_grad_norm", self.max_grad_norm)
-        _check_int("seed", self.seed, minimum=0)
-        _check_int("max_seq_len", self.max_seq_len, minimum=2)
-        _check_int("eval_batch_size", self.eval_batch_size, minimum=1)
-        _check_int("threads", self.threads, minimum=1, allow_none=True)
-        if isinstance(self.learner, dict):
-            object.__setattr__(self, "learner", LearnerConfig.from_dict(self.learner))
-        if isinstance(self.far, dict):
-            object.__setattr__(self, "far", FarConfig.from_dict(self.far))
-        if self.learner is not None and self.method != "learner":
-            raise ValueError(f"a LearnerConfig was given but method is {self.method!r} (use method='learner')")
-        if self.far is not None and self.method != "far":
-            raise ValueError(f"a FarConfig was given but method is {self.method!r} (use method='far')")
-        if self.method == "learner" and self.learner is None:
-            object.__setattr__(self, "learner", LearnerConfig())
-        if self.method == "far" and self.far is None:
-            object.__setattr__(self, "far", FarConfig())
+        check_choice("method", self.method, METHODS)
+        check_int("epochs", self.epochs, minimum=1, allow_none=True)
+        check_int("max_steps", self.max_steps, minimum=1, allow_none=True)
+        check_int("train_limit", self.train_limit, minimum=1, allow_none=True)
+        check_int("subset_seed", self.subset_seed, minimum=0)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_lr("lr", self.lr)
+        check_lr("head_lr", self.head_lr)
+        check_bool("early_stop", self.early_stop)
+        check_int("patience", self.patience, minimum=1)
+        check_range("weight_decay", self.weight_decay, 0.0)
+        check_range("warmup_fraction", self.warmup_fraction, 0.0, 1.0, high_open=True)
+        check_positive("max_grad_norm", self.max_grad_norm)
+        check_int("seed", self.seed, minimum=0)
+        check_int("max_seq_len", self.max_seq_len, minimum=2)
+        check_int("eval_batch_size", self.eval_batch_size, minimum=1)
+        check_int("threads", self.threads, minimum=1, allow_none=True)
+        for method, (name, cls) in METHOD_CONFIGS.items():  # the chosen method's settings, and only its
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                value = cls.from_dict(value)
+            if value is not None and not isinstance(value, cls):
+                raise ValueError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")
+            if value is not None and self.method != method:
+                raise ValueError(f"a {cls.__name__} was given but method is {self.method!r} (use method={method!r})")
+            if value is None and self.method == method:
+                value = cls()
+            object.__setattr__(self, name, value)
 
     @property
     def resolved_lr(self) -> float:
@@ -236,9 +294,20 @@ class FinetuneConfig(Config):
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "FinetuneConfig":
-        d = {k: v for k, v in d.items() if k not in ("resolved_lr", "resolved_head_lr")}
-        if d.get("version", cls.VERSION) == 1:  # version 1: head at the body's rate, last epoch kept, epochs 3
+        if isinstance(d, dict):  # to_dict adds the resolved rates for readers; they are not fields
+            d = {k: v for k, v in d.items() if k not in ("resolved_lr", "resolved_head_lr")}
+        return super().from_dict(d)
+
+    @classmethod
+    def upgrade(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """Version 1 trained the head at the body's rate for 3 epochs and kept the last epoch."""
+        if d.get("version", cls.VERSION) == 1:
             method = d.get("method", "full")
             lr = d.get("lr") if d.get("lr") is not None else DEFAULT_LR.get(method, DEFAULT_LR["full"])
             d = {"epochs": 3, **d, "version": cls.VERSION, "head_lr": lr, "early_stop": False}
-        return super().from_dict(d)
+        return d
+
+
+# method -> (FinetuneConfig field, config class) for the methods with settings of their own;
+# the others (full, bitfit, freeze-ffn) differ only in what trains and share every setting.
+METHOD_CONFIGS: dict[str, tuple[str, type[Config]]] = {"learner": ("learner", LearnerConfig), "far": ("far", FarConfig)}

@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from edgenlp.finetune.config import LearnerConfig
+from edgenlp.finetune.config import RANK_DIVISOR, LearnerConfig
 
 
 class LearnerLinear(nn.Module):
@@ -115,8 +115,8 @@ def set_module(model: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def default_rank(hidden: int) -> int:
-    """``hidden // 12`` (64 for hidden 768, 32 for MiniLM's 384), at least 1."""
-    return max(1, hidden // 12)
+    """``hidden // RANK_DIVISOR`` (64 for hidden 768, 32 for MiniLM's 384), at least 1."""
+    return max(1, hidden // RANK_DIVISOR)
 
 
 def rank_for(path: str, config: LearnerConfig, hidden: int) -> int:

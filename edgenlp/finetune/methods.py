@@ -20,7 +20,7 @@ from torch import nn
 from edgenlp.errors import EdgeNLPError
 from edgenlp.finetune import far as far_mod
 from edgenlp.finetune import learner as learner_mod
-from edgenlp.finetune.config import ATTENTION_LINEARS, FinetuneConfig
+from edgenlp.finetune.config import ATTENTION_LINEARS, FinetuneConfig, learner_schedule
 from edgenlp.finetune.rank import choose_ranks, svd_factors
 from edgenlp.models.encoder import EncoderClassifier
 
@@ -165,11 +165,17 @@ class LearnerMethod(Method):
         self.paths = learner_mod.target_names(model, self.lcfg.targets)
         hidden = model.shape.hidden
         self.fixed_ranks = {p: learner_mod.rank_for(p, self.lcfg, hidden) for p in self.paths}
-        self.priming_steps = self.lcfg.priming_steps_for(steps_per_epoch)
-        if self.priming_steps >= total_steps:
+        self.schedule = learner_schedule(classes=len(model.labels), steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+        self.priming_lr = self.lcfg.priming_lr if self.lcfg.priming_lr is not None else self.schedule.priming_lr
+        self.bitfit = self.lcfg.bitfit if self.lcfg.bitfit is not None else self.schedule.bitfit
+        self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch)
+        self.priming_steps = self.lcfg.priming_steps_for(steps_per_epoch, self.schedule)
+        if self.lcfg.rank == "auto" and self.priming_steps == 0 and total_steps > 1:
+            self.priming_steps = 1  # rank auto measures the weight change while priming
+        if self.probe_steps + self.priming_steps >= total_steps:
             raise EdgeNLPError(
-                f"priming ({self.priming_steps} steps) must end before the run does ({total_steps} steps); "
-                "lower --priming-epochs/--priming-steps or raise --epochs/--max-steps"
+                f"probing and priming ({self.probe_steps} + {self.priming_steps} steps) must end before the run does "
+                f"({total_steps} steps); lower --probe-epochs/--priming-epochs/--priming-steps or raise --epochs/--max-steps"
             )
         self.auto = self.lcfg.rank == "auto"
         self.rank_info: dict = {}
@@ -196,12 +202,33 @@ class LearnerMethod(Method):
     def _learner_params(self) -> list[nn.Parameter]:
         return [p for m in learner_mod.learners(self.model).values() for p in m.learner_parameters()]
 
+    def _bitfit_params(self) -> list[nn.Parameter]:
+        """Every bias and layer norm outside the head (``LearnerConfig.bitfit``); empty when it is off."""
+        if not self.bitfit:
+            return []
+        head = {id(p) for p in head_parameters(self.model)}
+        out = []
+        for module in self.model.modules():
+            if isinstance(module, learner_mod.LearnerLinear):
+                continue  # its base_layer is visited on its own
+            if isinstance(module, nn.LayerNorm):
+                out += [p for p in module.parameters(recurse=False)]
+            elif isinstance(module, nn.Linear) and module.bias is not None:
+                out.append(module.bias)
+        return [p for p in out if id(p) not in head]
+
     def phases(self) -> list[Phase]:
         phases = []
+        if self.probe_steps:
+            phases.append(Phase("probe", self.probe_steps, self._enter_probe))
         if self.priming_steps:
             phases.append(Phase("priming", self.priming_steps, self._enter_priming))
-        phases.append(Phase("learners", self.total_steps - self.priming_steps, self._enter_learners))
+        phases.append(Phase("learners", self.total_steps - self.probe_steps - self.priming_steps, self._enter_learners))
         return phases
+
+    def _enter_probe(self) -> list[dict]:
+        """Linear probing: the classifier (and the pooler feeding it) alone, on the frozen pretrained body."""
+        return self._groups(train_only(self.model, head_parameters(self.model)))
 
     def _enter_priming(self) -> list[dict]:
         wd = self.config.weight_decay
@@ -211,18 +238,20 @@ class LearnerMethod(Method):
             fast = head
         else:
             primed = self._attention_params()
-            fast = self._learner_params() + head
+            primed_ids = {id(p) for p in primed}  # attention biases already train with priming
+            fast = self._learner_params() + head + [p for p in self._bitfit_params() if id(p) not in primed_ids]
         train_only(self.model, primed + fast)
         heads = {id(p) for p in head_parameters(self.model)}
         # primed pooler weights (rank auto) belong to the head and train at its rate
         primed_body = [p for p in primed if id(p) not in heads]
         fast += [p for p in primed if id(p) in heads]
-        return param_groups(primed_body, lr=self.lcfg.priming_lr, weight_decay=wd, name="priming") + self._groups(fast)
+        return param_groups(primed_body, lr=self.priming_lr, weight_decay=wd, name="priming") + self._groups(fast)
 
     def _enter_learners(self) -> list[dict]:
         if self.auto and not learner_mod.learners(self.model):
             self._learners_from_priming()
-        params = train_only(self.model, self._learner_params() + list(self.model.classifier.parameters()))
+        params = train_only(self.model, self._learner_params() + list(self.model.classifier.parameters())
+                            + self._bitfit_params())
         return self._groups(params)
 
     @torch.no_grad()
@@ -246,7 +275,8 @@ class LearnerMethod(Method):
         ranks = {p: m.rank for p, m in layers.items()}
         params = sum(sum(x.numel() for x in m.learner_parameters()) for m in layers.values())
         learner_mod.merge_and_unload(self.model, safe=True)
-        out = {"ranks": ranks, "learner_params": params, "priming_steps": self.priming_steps}
+        out = {"ranks": ranks, "learner_params": params, "priming_steps": self.priming_steps, "probe_steps": self.probe_steps,
+               "bitfit": self.bitfit, "schedule": self.schedule.to_dict()}
         if self.auto:
             out["rank_auto"] = {k: v for k, v in self.rank_info.items() if k != "captured"}
             out["rank_auto"]["captured"] = {p: round(v, 4) for p, v in self.rank_info.get("captured", {}).items()}

@@ -129,6 +129,30 @@ def build_optimizer(groups: list[dict], previous: torch.optim.Optimizer | None) 
     return opt
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor], *,
+               loss_fn: nn.Module, max_grad_norm: float, lr_scale: float = 1.0) -> float:
+    """One training step, the one :func:`finetune` takes: returns the batch's loss.
+
+    Sets every group's learning rate to its ``base_lr`` x ``lr_scale`` (the
+    schedule's factor), runs forward and ``loss_fn`` on ``batch`` (ids, mask,
+    labels, already on the model's device), backward, clips the gradient norm
+    of the optimizer's parameters to ``max_grad_norm``, steps the optimizer and
+    clears the gradients. The loss comes back as a Python float, which waits
+    for an accelerator to finish the step. ``optimizer`` is what
+    :func:`build_optimizer` returns for a method phase's groups.
+    """
+    ids, mask, labels = batch
+    for group in optimizer.param_groups:
+        group["lr"] = group["base_lr"] * lr_scale
+    loss = loss_fn(model(ids, mask), labels)
+    loss.backward()
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss.detach())
+
+
 def count_trainable(groups: list[dict]) -> int:
     return sum(p.numel() for g in groups for p in g["params"])
 
@@ -266,17 +290,10 @@ def finetune(
                 index = perm[start : start + config.batch_size]
                 ids, mask, labels = (t.to(device) for t in collate(train, index, pad_id=pad_id))
                 t0 = time.perf_counter()
-                factor = lr_factor(step, total=total_steps, warmup=warmup)
-                for group in optimizer.param_groups:
-                    group["lr"] = group["base_lr"] * factor
-                loss = loss_fn(model(ids, mask), labels)
-                loss.backward()
-                params = [p for g in optimizer.param_groups for p in g["params"]]
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                loss_value = float(loss.detach())  # synchronizes an accelerator, so dt is the step's time
-                dt = time.perf_counter() - t0
+                loss_value = train_step(model, optimizer, (ids, mask, labels), loss_fn=loss_fn,
+                                        max_grad_norm=config.max_grad_norm,
+                                        lr_scale=lr_factor(step, total=total_steps, warmup=warmup))
+                dt = time.perf_counter() - t0  # train_step returns a float, so an accelerator has finished the step
                 phase_stats[-1]["train_s"] += dt
                 epoch_time += dt
                 epoch_examples += len(index)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -284,6 +286,18 @@ def hf_config(model: EncoderClassifier, *, recipe=()) -> dict:
 
     cfg["edgenlp"] = {"shape": shape.to_dict(), "applied": recipe_to_list(recipe)}
     return cfg
+
+
+@contextmanager
+def model_dir(model: EncoderClassifier, info: ModelInfo, out_dir: str | Path) -> Iterator[Path]:
+    """A model directory every verb accepts, written atomically: yields the temporary folder holding
+    :func:`save_pretrained`'s files, where the caller adds its own (reports, masks); renamed to ``out_dir`` on exit."""
+    with atomic_dir(Path(out_dir)) as tmp:
+        inner = save_pretrained(model, info, tmp / "model")
+        for f in inner.iterdir():
+            f.rename(tmp / f.name)
+        inner.rmdir()
+        yield tmp
 
 
 def save_pretrained(model: EncoderClassifier, info: ModelInfo, out_dir: str | Path) -> Path:

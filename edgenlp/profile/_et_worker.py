@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 from pathlib import Path
+
+from edgenlp.profile.timing import interleave
 
 
 def run(args: dict) -> dict:
@@ -36,15 +37,9 @@ def run(args: dict) -> dict:
     work = Path(args["workdir"])
     program = rt.load_program(args["pte"], enable_etdump=True, debug_buffer_size=0)
     method = program.load_method(args["method"])
-    for _ in range(warmup):
-        plain.execute([ids, mask])
-        method.execute([ids, mask])
-    e2e = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        plain.execute([ids, mask])
-        e2e.append((time.perf_counter() - t0) * 1e3)
-        method.execute([ids, mask])
+    t = interleave({"plain": lambda: plain.execute([ids, mask]), "profiled": lambda: method.execute([ids, mask])},
+                   rounds=runs, warmup=warmup, alternate=False)
+    e2e = t.values("plain")
     etdump = work / "etdump.etdp"
     program.write_etdump_result_to_file(str(etdump), str(work / "debug.bin"))
     events, method_ms = read_etdump(etdump)
@@ -52,7 +47,7 @@ def run(args: dict) -> dict:
 
 
 def compare(args: dict) -> dict:
-    """Plain runs of several programs, one after the other in every round, so all see the same machine load."""
+    """Plain runs of several programs, each once per round (order reversed every other round), so all see the same load."""
     from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
 
     _unsafe_reset_threadpool(int(args["threads"]))  # before any load_program
@@ -69,15 +64,9 @@ def compare(args: dict) -> dict:
     for prog in args["programs"]:
         methods.append(rt.load_program(prog["pte"]).load_method(prog["method"]))
         inputs.append(list(example_inputs(seq, batch=1, vocab_size=int(prog["vocab_size"]))))
-    for _ in range(warmup):
-        for m, x in zip(methods, inputs):
-            m.execute(x)
-    times: list[list[float]] = [[] for _ in methods]
-    for _ in range(runs):
-        for i, (m, x) in enumerate(zip(methods, inputs)):
-            t0 = time.perf_counter()
-            m.execute(x)
-            times[i].append((time.perf_counter() - t0) * 1e3)
+    calls = {str(i): (lambda m=m, x=x: m.execute(x)) for i, (m, x) in enumerate(zip(methods, inputs))}
+    t = interleave(calls, rounds=runs, warmup=warmup)  # the order flips every round
+    times = [t.values(name) for name in calls]
     return {"end_to_end_ms": times}
 
 

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from edgenlp.config import knob
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.analytic import AnalyticProfile, Counts, analyze
 from edgenlp.profile.components import COMPONENTS, LinearPlan
@@ -61,13 +62,13 @@ def unregister_measurer(runtime: str) -> None:
 class ProfileConfig:
     """What to profile: lengths, batch, runtimes, thread counts, runs per measurement, per-layer rows."""
 
-    seq_lens: tuple[int, ...] = (128,)
-    batch: int = 1
-    runtimes: tuple[str, ...] = ("eager",)
-    threads: tuple[int, ...] = (1,)
-    runs: int = 30
-    warmup: int = 3
-    per_layer: bool = False
+    seq_lens: tuple[int, ...] = knob((128,), help="Sequence lengths, comma-separated (e.g. 32,128,512).")
+    batch: int = knob(1, help="Batch size.")
+    runtimes: tuple[str, ...] = knob(("eager",), help="Runtimes, comma-separated: eager, executorch, onnx, native.")
+    threads: tuple[int, ...] = knob((1,), help="Thread counts, comma-separated (e.g. 1,2).")
+    runs: int = knob(30, help="Timed runs per measurement (median and p90 over these).")
+    warmup: int = knob(3, help="Untimed warm-up runs per measurement.")
+    per_layer: bool = knob(False, help="Also show and record rows per encoder layer.")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seq_lens", tuple(int(s) for s in self.seq_lens))

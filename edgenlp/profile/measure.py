@@ -22,6 +22,7 @@ import numpy as np
 
 from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
 from edgenlp.profile.components import COMPONENTS, LinearPlan
+from edgenlp.profile.timing import interleave, median, p90  # noqa: F401  (median, p90: re-exported for the profile modules)
 
 log = logging.getLogger(__name__)
 
@@ -170,14 +171,6 @@ def _artifact_key(target: ProfileTarget, key: dict) -> dict:
     return {**key, "model": target.name, "shape": target.model.shape.to_dict(), "weights": h.hexdigest()}
 
 
-def median(values) -> float:
-    return float(np.median(np.asarray(values, dtype=float))) if len(values) else float("nan")
-
-
-def p90(values) -> float:
-    return float(np.percentile(np.asarray(values, dtype=float), 90)) if len(values) else float("nan")
-
-
 # --------------------------------------------------------------------------- eager
 
 
@@ -222,26 +215,28 @@ class EagerMeasurer:
             return hs
 
         handles: list = []
+        timelines: list[list[tuple[float, str, str]]] = []
+
+        def hooked() -> None:
+            nonlocal handles
+            handles = attach()
+            marks.clear()
+            model(*inputs)
+            timelines.append(list(marks))
+            for h in handles:
+                h.remove()
+            handles = []
+
         try:
             with torch.inference_mode():
-                for _ in range(spec.warmup):
-                    model(*inputs)
-                e2e, timelines = [], []
-                for _ in range(spec.runs):  # plain and hooked runs alternate so both see the same machine load
-                    t0 = time.perf_counter()
-                    model(*inputs)
-                    e2e.append((time.perf_counter() - t0) * 1e3)
-                    handles = attach()
-                    marks.clear()
-                    model(*inputs)
-                    timelines.append(list(marks))
-                    for h in handles:
-                        h.remove()
-                    handles = []
+                # plain and hooked runs alternate so both see the same machine load
+                t = interleave({"plain": lambda: model(*inputs), "hooked": hooked}, rounds=spec.runs, warmup=spec.warmup,
+                               alternate=False)
         finally:
             for h in handles:
                 h.remove()
             torch.set_num_threads(old_threads)
+        e2e, timelines = t.values("plain"), timelines[-spec.runs :]
         events = _timeline_events(timelines)
         totals = [(tl[-1][0] - tl[0][0]) * 1e3 for tl in timelines]
         return Measurement(self.runtime, self.method, spec, e2e, totals, attribute(events, target.plan, runtime="eager"))

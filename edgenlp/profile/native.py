@@ -19,13 +19,13 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.attribution import TimedEvent, attribute
 from edgenlp.profile.executorch import ExecuTorchMeasurer, classify
 from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget
+from edgenlp.profile.timing import interleave
 
 
 def text_of_length(seq_len: int) -> str:
@@ -74,15 +74,10 @@ def _worker(args: dict) -> dict:
     traced = NativeHandle(args["bundle"])
     traced.enable_etdump()
     n_tokens = len(plain.tokenize([text])[0])
-    for _ in range(int(args["warmup"])):
-        plain.logits([text])
-        traced.logits([text])
-    e2e = []
-    for _ in range(int(args["runs"])):
-        t0 = time.perf_counter()
-        plain.logits([text])
-        e2e.append((time.perf_counter() - t0) * 1e3)
-        traced.logits([text])
+    # plain and traced runs alternate so both see the same machine load
+    t = interleave({"plain": lambda: plain.logits([text]), "traced": lambda: traced.logits([text])},
+                   rounds=int(args["runs"]), warmup=int(args["warmup"]), alternate=False)
+    e2e = t.values("plain")
     etdump = Path(args["workdir"]) / "native.etdp"
     traced.write_etdump(etdump)
     events, method_ms = read_etdump(etdump)

@@ -16,12 +16,12 @@ import json
 import logging
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.profile.attribution import EventKind, TimedEvent, attribute
 from edgenlp.profile.measure import Measurement, MeasureSpec, ProfileTarget, cached_artifact, remember_artifact
+from edgenlp.profile.timing import interleave
 
 log = logging.getLogger(__name__)
 
@@ -101,40 +101,21 @@ class OnnxRuntimeMeasurer:
             target.onnx = path
         return target.onnx
 
-    def _session(self, path: Path, threads: int, profile_prefix: str | None):
-        import onnxruntime as ort
-
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        if profile_prefix:
-            so.enable_profiling = True
-            so.profile_file_prefix = profile_prefix
-        try:
-            return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001 - ORT raises its own exception types
-            raise EdgeNLPError(f"onnx: cannot load {path}: {str(exc).splitlines()[0]}") from exc
-
     def measure(self, target: ProfileTarget, spec: MeasureSpec) -> Measurement:
         from edgenlp.export.graph import example_inputs
+        from edgenlp.run.onnx import make_session
 
         path = self.model_for(target, spec)
         ids, mask = example_inputs(spec.seq_len, batch=spec.batch, vocab_size=target.vocab_size)
-        plain = self._session(path, spec.threads, None)
+        plain = make_session(path, threads=spec.threads)
         names = [i.name for i in plain.get_inputs()]
         feed = dict(zip(names, (ids.numpy(), mask.numpy())))
         with tempfile.TemporaryDirectory(prefix="edgenlp-ortprof-") as tmp:
-            sess = self._session(path, spec.threads, str(Path(tmp) / "ort"))
-            for _ in range(spec.warmup):
-                plain.run(None, feed)
-                sess.run(None, feed)
-            e2e = []
-            for _ in range(spec.runs):  # plain and profiled runs alternate so both see the same machine load
-                t0 = time.perf_counter()
-                plain.run(None, feed)
-                e2e.append((time.perf_counter() - t0) * 1e3)
-                sess.run(None, feed)
+            sess = make_session(path, threads=spec.threads, profile_prefix=str(Path(tmp) / "ort"))
+            # plain and profiled runs alternate so both see the same machine load
+            t = interleave({"plain": lambda: plain.run(None, feed), "profiled": lambda: sess.run(None, feed)},
+                           rounds=spec.runs, warmup=spec.warmup, alternate=False)
+            e2e = t.values("plain")
             runs, totals = parse_profile(sess.end_profiling())
         runs, totals = runs[-spec.runs :], totals[-spec.runs :]
         first = runs[0]

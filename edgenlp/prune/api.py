@@ -6,17 +6,59 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderClassifier, ModelInfo
-from edgenlp.prune.config import PruneConfig
+from edgenlp.prune import cofi, fast, importance
+from edgenlp.prune.config import CofiConfig, FastConfig, ImportanceConfig, PruneConfig
 from edgenlp.prune.masks import MaskDict, size_report
 
 log = logging.getLogger(__name__)
 
 REPORT_VERSION = 1
+
+# learn(model, data, config, *, teacher, progress) -> (masks, pruned model, extra report dict)
+Learn = Callable[..., "tuple[MaskDict, EncoderClassifier, dict]"]
+
+
+@dataclass(frozen=True)
+class PruneMethod:
+    """How one config type prunes: ``learn`` finds the masks and returns the pruned model.
+
+    ``recovers``: ``learn`` runs the distilled fine-tune itself (CoFi, with the
+    layer projection it learned); otherwise :func:`prune` runs
+    ``config.finetune_epochs`` of it after ``learn``.
+    """
+
+    learn: Learn
+    recovers: bool = False
+
+
+# config type -> its method; prune() dispatches on type(config) (register_prune_method adds one)
+PRUNE_METHODS: dict[type[PruneConfig], PruneMethod] = {
+    CofiConfig: PruneMethod(cofi.learn, recovers=True),
+    FastConfig: PruneMethod(fast.learn),
+    ImportanceConfig: PruneMethod(importance.learn),
+}
+
+
+def register_prune_method(config_cls: type[PruneConfig], learn: Learn, *, recovers: bool = False) -> None:
+    """Make ``prune(..., config_cls(...))`` call ``learn`` (a new method: subclass :class:`PruneConfig`)."""
+    if not (isinstance(config_cls, type) and issubclass(config_cls, PruneConfig)) or config_cls is PruneConfig:
+        raise TypeError(f"{config_cls!r} is not a PruneConfig subclass")
+    PRUNE_METHODS[config_cls] = PruneMethod(learn, recovers=recovers)
+
+
+def prune_method(config: PruneConfig) -> PruneMethod:
+    """The registered method of ``config``'s type (TypeError for a type with none)."""
+    try:
+        return PRUNE_METHODS[type(config)]
+    except KeyError:
+        known = ", ".join(c.__name__ for c in PRUNE_METHODS)
+        raise TypeError(f"no pruning method is registered for {type(config).__name__} (known: {known})") from None
 
 
 @dataclass
@@ -32,15 +74,10 @@ class PruneResult:
         """A model directory every verb accepts, with ``prune.json`` and ``masks.json`` inside (atomic)."""
         import json
 
-        from edgenlp.models.registry import save_pretrained
-        from edgenlp.utils import atomic_dir
+        from edgenlp.models.registry import model_dir
 
         out = Path(out_dir)
-        with atomic_dir(out) as tmp:
-            inner = save_pretrained(self.model, self.info, tmp / "model")
-            for f in inner.iterdir():
-                f.rename(tmp / f.name)
-            inner.rmdir()
+        with model_dir(self.model, self.info, out) as tmp:
             (tmp / "prune.json").write_text(json.dumps(self.report, indent=2))
             (tmp / "masks.json").write_text(json.dumps(self.masks.to_dict(), indent=2))
         return out
@@ -62,7 +99,7 @@ def _metric(report: dict) -> float:
 
 def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, *, teacher: EncoderClassifier | None = None,
           device: str = "auto", progress: bool = True, dev_before: dict | None = None) -> PruneResult:
-    """Prune ``model`` (fine-tuned on task ``data``) to ``config.target_sparsity`` with ``config.method``.
+    """Prune ``model`` (fine-tuned on task ``data``) to ``config.target_sparsity`` with the method of ``config``'s type.
 
     ``teacher`` (default: ``model`` itself, unchanged) is what ``cofi`` and any
     recovery fine-tune distil from. ``device`` (``auto``/``cpu``/``cuda``, see
@@ -74,16 +111,16 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
     Raises :class:`EdgeNLPError` for a model not fine-tuned for the task and
     :class:`~edgenlp.prune.masks.MaskError` for a ``mask_file`` that does not fit.
 
-    >>> res = prune(model, info, load_task("sst2"), PruneConfig(method="fast", target_sparsity=0.5))  # doctest: +SKIP
+    >>> res = prune(model, info, load_task("sst2"), FastConfig(target_sparsity=0.5))  # doctest: +SKIP
     >>> res.save("out/pruned")                                                                          # doctest: +SKIP
     """
     from edgenlp.finetune.trainer import encode_split, evaluate, load_tokenizer
-    from edgenlp.prune import cofi, fast, importance
     from edgenlp.prune.common import PruneData, progress_bar
     from edgenlp.prune.distill import distill_finetune
     from edgenlp.recipe import Step
     from edgenlp.utils import environment, resolve_device
 
+    method = prune_method(config)
     check_finetuned(model, info, data)
     dev_name = resolve_device(device)
     masks_in = MaskDict.load(config.mask_file) if config.mask_file is not None else None
@@ -105,7 +142,6 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
                       dev_name)
     before = dev_before or evaluate(model, pdata.dev, num_labels=data.num_labels, pad_id=pad_id, device=dev_name)
     teacher = teacher if teacher is not None else model
-    learners = {"fast": fast.learn, "importance": importance.learn}
     with progress_bar(progress) as bar:
         t0 = time.perf_counter()
         if masks_in is not None:
@@ -114,13 +150,11 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
             masks, pruned, extra = masks_in, apply_masks(model, masks_in), {"mask_file": config.mask_file}
         elif config.target_sparsity == 0.0:  # the identity: nothing to learn, nothing removed
             masks, pruned, extra = MaskDict.full(model.shape, method=config.method), _clone(model), {"identity": True}
-        elif config.method == "cofi":
-            masks, pruned, extra = cofi.learn(model, pdata, config, teacher=teacher, progress=bar)
         else:
-            masks, pruned, extra = learners[config.method](model, pdata, config, progress=bar)
+            masks, pruned, extra = method.learn(model, pdata, config, teacher=teacher, progress=bar)
         learn_s = time.perf_counter() - t0
-        if config.method != "cofi" and config.recovery_epochs > 0 and config.target_sparsity > 0 and not config.mask_file:
-            extra["finetune"] = distill_finetune(pruned, teacher, pdata, config, epochs=config.recovery_epochs,
+        if not method.recovers and config.finetune_epochs > 0 and config.target_sparsity > 0 and not config.mask_file:
+            extra["finetune"] = distill_finetune(pruned, teacher, pdata, config, epochs=config.finetune_epochs,
                                                  progress=bar)
     pruned = pruned.eval()
     after = evaluate(pruned, pdata.dev, num_labels=data.num_labels, pad_id=pad_id, device=dev_name)

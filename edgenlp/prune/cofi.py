@@ -27,7 +27,7 @@ from torch import nn
 
 from edgenlp.models.encoder import EncoderClassifier
 from edgenlp.prune.common import PruneData, UnitCosts, fit_to_budget, model_device, shape_size, size_fn, snap_widths
-from edgenlp.prune.config import PruneConfig
+from edgenlp.prune.config import CofiConfig, PruneConfig
 from edgenlp.prune.distill import Distiller
 from edgenlp.prune.masks import Gates, LayerMask, MaskDict, fold_gates, masked_forward, shape_summary
 
@@ -158,7 +158,7 @@ class Lagrangian(nn.Module):
                 p.grad.neg_()
 
 
-def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, teacher: EncoderClassifier | None = None,
+def learn(model: EncoderClassifier, data: PruneData, config: CofiConfig, *, teacher: EncoderClassifier | None = None,
           progress=None):
     """``(masks, pruned model, extra)``: CoFi's mask learning, surgery and distilled fine-tune.
 
@@ -175,7 +175,7 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, tea
     gates = CofiGates(shape, droprate_init=config.droprate_init, hidden=config.prune_hidden).to(dev)
     lagrangian = Lagrangian().to(dev)
     distiller = Distiller(teacher, config).to(dev)
-    steps = int(math.ceil(config.mask_epochs * data.steps_per_epoch(config.batch_size)))
+    steps = int(math.ceil(config.epochs * data.steps_per_epoch(config.batch_size)))
     warm = max(1, int(config.target_warmup * steps))
     weights = [p for p in student.parameters() if p.numel()]
     opt = torch.optim.AdamW([{"params": weights, "lr": config.lr}, {"params": list(distiller.proj.parameters()), "lr": config.lr}],
@@ -226,7 +226,7 @@ def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, tea
             small.weight.copy_(proj.weight[:, kept])
             small.bias.copy_(proj.bias)
         proj = small
-    ft = distill_finetune(pruned, teacher, data, config, epochs=config.recovery_epochs, proj=proj, progress=progress)
+    ft = distill_finetune(pruned, teacher, data, config, epochs=config.finetune_epochs, proj=proj, progress=progress)
     extra = {"mask_steps": done, "mask_steps_planned": steps, "mask_wall_s": round(mask_s, 2),
              "expected_sparsity_end": round(expected_end, 4), "trace": trace, "finetune": ft}
     return masks, pruned, extra

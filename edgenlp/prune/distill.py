@@ -4,7 +4,10 @@ Hidden-state distillation follows CoFi's dynamic layer matching: a few teacher
 layers (evenly spaced, the last included) are each matched, at every step, to
 the student layer whose (linearly projected) hidden states are closest in mean
 squared error over the non-padding tokens; the loss is the sum of the matched
-errors. The projection ``W_layer`` starts as the identity and is trained.
+errors. The projection ``W_layer`` starts as the identity and is trained. With a
+fixed ``layer_map`` (recovery distillation, :mod:`edgenlp.prune.recovery`: the
+surgery knows which teacher layer each student layer came from) the loss is the
+sum of the errors of those pairs instead.
 """
 
 from __future__ import annotations
@@ -48,11 +51,14 @@ class Distiller(nn.Module):
     """Distillation loss against a frozen ``teacher``; ``proj`` maps student hidden states to the teacher's."""
 
     def __init__(self, teacher: EncoderClassifier, config: PruneConfig, *, student_hidden: int | None = None,
-                 proj: nn.Linear | None = None) -> None:
+                 proj: nn.Module | None = None, layer_map: tuple[tuple[int, int], ...] | None = None) -> None:
+        """``config`` supplies ``temperature``, ``kd_weight`` and ``layer_weight``; ``layer_map``: fixed
+        ``(student, teacher)`` hidden-state index pairs (0 = embeddings) instead of dynamic matching."""
         super().__init__()
         self.teacher = [teacher.eval()]  # a list: not a submodule, its weights are not trained
         self.config = config
         self.layers = teacher_layers(teacher.shape.num_layers)
+        self.layer_map = layer_map
         d_t = teacher.shape.hidden
         if proj is None:
             proj = nn.Linear(student_hidden or d_t, d_t)
@@ -69,9 +75,14 @@ class Distiller(nn.Module):
         T = cfg.temperature
         kd = F.kl_div(F.log_softmax(logits / T, -1), F.softmax(t_logits / T, -1), reduction="batchmean") * T * T
         tok = mask.bool()
-        student = [self.proj(s[tok]) for s in states[1:]]
         layer_loss = logits.new_zeros(())
         matched = []
+        if self.layer_map is not None:
+            for s, t in self.layer_map:
+                layer_loss = layer_loss + F.mse_loss(self.proj(states[s][tok]), t_states[t][tok])
+            loss = cfg.kd_weight * kd + cfg.layer_weight * layer_loss
+            return loss, {"kd": float(kd.detach()), "layer": float(layer_loss.detach()), "matched": [s for s, _ in self.layer_map]}
+        student = [self.proj(s[tok]) for s in states[1:]]
         for t in self.layers:
             target = t_states[t][tok]
             errs = torch.stack([F.mse_loss(s, target) for s in student])

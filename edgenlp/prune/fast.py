@@ -32,7 +32,7 @@ from torch import nn
 
 from edgenlp.models.encoder import EncoderClassifier
 from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size, snap_widths
-from edgenlp.prune.config import PruneConfig
+from edgenlp.prune.config import FastConfig, PruneConfig
 from edgenlp.prune.masks import Gates, LayerMask, MaskDict, masked_forward, shape_summary
 
 log = logging.getLogger(__name__)
@@ -235,8 +235,12 @@ def masks_from_keep(keep_heads: list, keep_neurons: list, shape, *, method: str,
     return MaskDict(tuple(layers), shape_summary(shape), hidden, method)
 
 
-def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, progress=None):
-    """Masks for ``config.target_sparsity`` and the rescaled pruned model: ``(masks, pruned, extra)``."""
+def learn(model: EncoderClassifier, data: PruneData, config: FastConfig, *, teacher: EncoderClassifier | None = None,
+          progress=None):
+    """Masks for ``config.target_sparsity`` and the rescaled pruned model: ``(masks, pruned, extra)``.
+
+    ``teacher`` is not read: the method scores the fine-tuned model itself.
+    """
     from edgenlp.prune.surgery import apply_masks
 
     shape = model.shape

@@ -26,7 +26,7 @@ import torch
 
 from edgenlp.models.encoder import EncoderClassifier
 from edgenlp.prune.common import PruneData, UnitCosts, model_device, shape_size, snap_widths
-from edgenlp.prune.config import PruneConfig
+from edgenlp.prune.config import ImportanceConfig
 from edgenlp.prune.fast import _split, mask_gradients, masks_from_keep
 from edgenlp.prune.masks import Gates
 
@@ -62,8 +62,12 @@ def fit_each_to_budget(keep_heads: list[list[bool]], keep_neurons: list[list[boo
             keep[i][j] = False
 
 
-def learn(model: EncoderClassifier, data: PruneData, config: PruneConfig, *, progress=None):
-    """``(masks, pruned model, extra)`` for ``config.target_sparsity``."""
+def learn(model: EncoderClassifier, data: PruneData, config: ImportanceConfig, *, teacher: EncoderClassifier | None = None,
+          progress=None):
+    """``(masks, pruned model, extra)`` for ``config.target_sparsity``.
+
+    ``teacher`` is not read: the method scores the fine-tuned model itself.
+    """
     from edgenlp.prune.surgery import apply_masks
 
     shape = model.shape

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ class Quantization:
     remap: Any  # edgenlp.models.vocab.IdRemap of a trimmed vocabulary, else None
     weight_bytes: int
     source: Any = dataclasses.field(repr=False)  # the fp32 model (trimmed when asked): ONNX lowering and fp32 parity
+    seconds: float = 0.0  # wall time of quantize_model (trimming, bits, quantized tensors), for the export's stage timings
 
 
 def trimmed(model, config: QuantizeConfig, *, tokenizer=None, task=None):
@@ -72,6 +74,7 @@ def quantize_model(model, info, config: QuantizeConfig, *, task=None, tokenizer=
     from edgenlp.quantize.schemes import fake_quantize, resolve_bits, weight_bytes
     from edgenlp.recipe import Step
 
+    start = time.perf_counter()
     if config.trim_vocab and tokenizer is None:
         from edgenlp.models.tokenizer import build_tokenizer
 
@@ -89,7 +92,8 @@ def quantize_model(model, info, config: QuantizeConfig, *, task=None, tokenizer=
     if remap is not None:
         result["kept_tokens"] = len(remap)
     quantized = fake_quantize(source, resolved)
-    quantized.quantization = Quantization(resolved, dict(bits), tuple(fallbacks), remap, nbytes, source)
+    quantized.quantization = Quantization(resolved, dict(bits), tuple(fallbacks), remap, nbytes, source,
+                                          seconds=time.perf_counter() - start)
     new_info = dataclasses.replace(info, shape=quantized.shape, recipe=(*info.recipe, Step("quantize", resolved, result)))
     return quantized, new_info
 

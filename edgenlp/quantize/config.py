@@ -14,30 +14,57 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from edgenlp.config import Config
-from edgenlp.recipe import ParityPolicy, register_step
+from edgenlp.config import Config, check_bool, check_choice, check_positive, check_range, knob
+from edgenlp.recipe import ParityPolicy
 
 SCHEMES = ("int8", "int4", "mixed")
 EMBEDDINGS = ("int8", "int4")
 BITS = (32, 8, 4)
 
-# Lowering error (lowered program vs the fake-quantized eager model), max |logit diff|.
-# int8: XNNPACK's QC8W kernels do the reference's integer arithmetic (per-channel weights).
-# int4: XNNPACK's blockwise int4 kernels keep the group scales in bf16; the reference
-# rounds its scales to bf16 too (fake_quantize), leaving accumulation-order and
-# activation-rounding differences. The eager emulation and XNNPACK round some per-token
-# activations to neighbouring steps, so the lowering error grows with the quantization
-# error: measured on MiniLM-L6 int8, lowering error / (emulated - fp32) = 0.28 (Learner
-# SST-2, 2.5e-2 vs 8.8e-2) and 0.56 (full fine-tuning SST-2, 3.7e-2 vs 6.6e-2); a tiny
-# random model with mixed 32/8/4 layers up to 8.7e-3 absolute. The bound is the larger of
-# the absolute one scaled by the largest |logit| (ParityPolicy.relative) and 0.75 of the
-# emulated quantization error (ParityPolicy.quant_error_fraction): a program that stayed
-# fp32 sits at 1.0 of it, a broken one far above. Accuracy is what the guard measures.
-LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
-LOWERING_QUANT_ERROR_FRACTION = 0.75
+# The parity gate of a quantized program (ParityPolicy.bound), against the reference
+# (the quantized eager model) and its copy with fp32 activations
+# (edgenlp.quantize.rounding.without_activation_rounding), whose distance to the
+# reference is the reference's own activation-rounding error on the sentences checked:
+#  - max |diff| <= the larger of LOWERING_FLOOR x the reference's largest |logit| (the
+#    kernels' fp32 arithmetic) and ROUNDING_FACTOR x the max activation-rounding error;
+#  - RMS |diff| (all sentences, all classes) <= RMS_FACTOR x its RMS.
+# Why: XNNPACK's QD8 kernels quantize each token's activations with the reference's
+# formula on paper but not bit for bit, and the fp32 ops between the linears (softmax,
+# GELU, the decomposed layer norms) differ in the last bits per ISA, so some activations
+# land on the neighbouring int8 step. Each kernel family (AVX2, AVX-512 VNNI, NEON
+# dot-product) draws its own such rounding: its distance to the reference is that of two
+# independent roundings, ~sqrt(2) x the rounding error (RMS), whatever the ISA, and not
+# the size of the logits or of the whole quantization error (for int4 mostly the
+# weights', which every kernel shares bit for bit). Measured on a tiny 2-layer model
+# with every activation re-rounded at random (with_kernel_rounding, jitter 0.25-0.5,
+# standing in for any ISA; tests/export/test_parity_gate.py): RMS ratio 1.1-1.8, max
+# ratio up to 2.7. Lowering defects (scale x2, rows swapped, weight transposed in one
+# linear, biases dropped, int4 scales read per twice the group): RMS ratio 3.9-78.
+# A program that left linears fp32 is caught from the lowered graph instead
+# (export.api.check_lowered_linears). KERNEL_ROUNDING holds the ratios measured on real
+# lowered programs per kernel family (tools/bench/export_time.py re-measures them).
+#
+# The previous bound (max of 1e-2 x the largest logit and 0.75 x the reference's
+# distance to fp32) was fitted on an AVX-512 VNNI host: lowering error / distance to
+# fp32 of 0.28 (Learner SST-2) and 0.56 (full fine-tuning SST-2). On an AVX2-only host
+# a fully fine-tuned MiniLM sat at 0.7 and int8 linears + int8 word table failed
+# (1.5e-1 > 1e-1) although the program was correct.
+LOWERING_FLOOR = 1e-3
+ROUNDING_FACTOR = 4.0
+RMS_FACTOR = 2.5
+KERNEL_ROUNDING: dict[str, dict] = {
+    "x86-avx2": {"note": "MiniLM-L6 int8 + int8 word table (AMD EPYC, AVX2 only), 35 sentences over 4 buckets: "
+                         "max ratio 1.02 (4.5e-3 vs 4.5e-3); fine-tuned Banking77 MiniLM-L6 (full, 67.5% dev), "
+                         "seq 64, 32 sentences: max ratio 0.85 (7.8e-2 vs 9.2e-2), RMS ratio 0.70"},
+}
 # ONNX Runtime quantizes its own way (per-tensor uint8 activations for MatMulInteger,
-# fp32 activations for MatMulNBits, fp32 word embeddings): its distance to our reference
-# is quantization error, so this is only a sanity bound; accuracy is what the guard measures.
+# fp32 activations for MatMulNBits, its own weight rounding, fp32 word embeddings): its
+# distance to our reference includes a second quantization error, so it is bounded by a
+# multiple of the reference's whole distance to fp32 instead.
+ONNX_QUANT_ERROR_FACTOR = 3.0
+# The earlier per-bits absolute bounds: LOWERING_TOLERANCE kept for callers that read it; ONNX_TOLERANCE
+# stays ONNX Runtime's floor.
+LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
 ONNX_TOLERANCE = {8: 1.0, 4: 2.0}
 
 
@@ -45,23 +72,24 @@ ONNX_TOLERANCE = {8: 1.0, 4: 2.0}
 class QuantizeConfig(Config):
     """Low-bit weights: a scheme, optional per-layer bits, embeddings, vocabulary trimming, budgets."""
 
-    scheme: str = "int8"
-    group_size: int = 32  # int4 groupwise weights: in-features per scale
-    embeddings: str | None = None  # None (fp32), "int8" or "int4" per-row word-embedding table
-    trim_vocab: bool = False
-    layer_bits: tuple[tuple[str, int], ...] = ()
-    size_mb: float | None = None  # mixed: bundle weight budget
-    max_drop: float | None = None  # accuracy guard: max dev-accuracy drop in points vs fp32
+    scheme: str = knob("int8", choices=SCHEMES, help="int8 / int4 (groupwise) linears with int8 dynamic activations, "
+                                                     "or mixed per layer.")
+    group_size: int = knob(32, help="int4 group size (in-features per scale).")
+    embeddings: str | None = knob(None, choices=EMBEDDINGS, help="Quantize the word-embedding table per row "
+                                                                 "(default: fp32).")
+    trim_vocab: bool = knob(False, help="Keep only the tokens of the task's training data (+ specials); "
+                                        "others read as [UNK].")
+    layer_bits: tuple[tuple[str, int], ...] = knob((), help="(module name, bits) per linear, bits 32, 8 or 4 "
+                                                            "(default: every linear at the scheme's width).")
+    size_mb: float | None = knob(None, help="Weight budget in MB (mixed: bits per layer chosen to meet it).")
+    max_drop: float | None = knob(None, help="Accuracy guard: max dev-accuracy drop vs fp32 in points (e.g. 1.0).")
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {self.scheme!r}")
+        check_choice("scheme", self.scheme, SCHEMES)
         if not isinstance(self.group_size, int) or self.group_size < 8 or self.group_size % 8:
             raise ValueError(f"group_size must be a positive multiple of 8, got {self.group_size!r}")
-        if self.embeddings not in (None, *EMBEDDINGS):
-            raise ValueError(f"embeddings must be None or one of {EMBEDDINGS}, got {self.embeddings!r}")
-        if not isinstance(self.trim_vocab, bool):
-            raise ValueError(f"trim_vocab must be a bool, got {self.trim_vocab!r}")
+        check_choice("embeddings", self.embeddings, EMBEDDINGS, allow_none=True)
+        check_bool("trim_vocab", self.trim_vocab)
         bits = []
         for item in self.layer_bits:
             if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)):
@@ -73,10 +101,8 @@ class QuantizeConfig(Config):
         if len(set(names)) != len(names):
             raise ValueError("layer_bits names a layer twice")
         object.__setattr__(self, "layer_bits", tuple(bits))
-        if self.size_mb is not None and not self.size_mb > 0:
-            raise ValueError(f"size_mb must be > 0, got {self.size_mb}")
-        if self.max_drop is not None and not self.max_drop >= 0:
-            raise ValueError(f"max_drop must be >= 0, got {self.max_drop}")
+        check_positive("size_mb", self.size_mb, allow_none=True)
+        check_range("max_drop", self.max_drop, 0.0, allow_none=True)
         if self.scheme == "mixed" and self.size_mb is None and not self.layer_bits:
             raise ValueError("scheme 'mixed' needs size_mb (or explicit layer_bits)")
 
@@ -100,18 +126,27 @@ class QuantizeConfig(Config):
         """Lowered program vs the quantized eager model (lowering error), fp32 reported alongside.
 
         The model being lowered is :func:`edgenlp.quantize.api.quantize_model`'s
-        output: it runs eagerly as the reference, and ``model.quantization.source``
-        is the fp32 model it came from.
+        output: it runs eagerly as the reference, ``model.quantization.source``
+        is the fp32 model it came from, and its copy with fp32 activations
+        measures the activation-rounding error the bound scales with (see
+        :data:`ROUNDING_FACTOR`).
         """
-        low = self.lowest_bits
+        from edgenlp.quantize.rounding import without_activation_rounding
+
+        measured = ", ".join(f"{fam}: {v['note']}" for fam, v in KERNEL_ROUNDING.items())
         return ParityPolicy(
             name=f"quantized-{self.scheme}" + (f"+emb-{self.embeddings}" if self.embeddings else ""),
-            tolerance=LOWERING_TOLERANCE[8 if low >= 8 else 4],
+            tolerance=LOWERING_FLOOR,
             compare_fp32=True,
             fp32_reference=lambda model: model.quantization.source,
-            runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if low >= 8 else 4]),),
             relative=True,
-            quant_error_fraction=LOWERING_QUANT_ERROR_FRACTION,
+            rounding_reference=without_activation_rounding,
+            rounding_factor=ROUNDING_FACTOR,
+            rms_factor=RMS_FACTOR,
+            rounding_note=f"measured lowering error / activation-rounding error, {measured}" if measured else "",
+            runtime_quant_error_factor=(("onnx", ONNX_QUANT_ERROR_FACTOR),),
+            # never stricter for ONNX Runtime than the earlier absolute bound
+            runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if self.lowest_bits >= 8 else 4]),),
         )
 
     def weight_storage(self) -> dict:
@@ -128,5 +163,3 @@ class QuantizeConfig(Config):
             out["embeddings.word"] = StorageMarker(int(self.embeddings[3:]))
         return out
 
-
-register_step("quantize", QuantizeConfig)

@@ -116,10 +116,22 @@ def register_runner(runtime: str, factory: RunnerFactory) -> None:
     RUNNERS[runtime] = factory
 
 
-def get_runner(target: str | Path, *, runtime: str = "executorch", threads: int | None = None) -> Runner:
-    """A runner for a bundle directory (executorch/onnx/native) or a model (eager)."""
+def get_runner(target: str | Path, *, runtime: str = "executorch", threads: int | None = None, **dynamic) -> Runner:
+    """A runner for a bundle directory (executorch/onnx/native) or a model (eager).
+
+    A dynamic bundle (or dynamic model directory, for eager) gets the
+    segment-by-segment runner of :mod:`edgenlp.run.dynamic`; ``dynamic`` takes
+    its options (``static``, ``exit_threshold``, ``keep``), an error for any
+    other target.
+    """
     if runtime not in RUNNERS:
         raise EdgeNLPError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNNERS)}")
     if threads is not None and threads < 1:
         raise EdgeNLPError(f"--threads must be >= 1, got {threads}")
+    # dynamic bundles: segments, exits and token pruning (edgenlp.run.dynamic)
+    from edgenlp.run.dynamic import dynamic_runner
+
+    runner = dynamic_runner(target, runtime=runtime, threads=threads, **dynamic)
+    if runner is not None:
+        return runner
     return RUNNERS[runtime](target, threads=threads)

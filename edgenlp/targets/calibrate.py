@@ -26,8 +26,11 @@ table of the same machine, rescaled to that table's reference speed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -47,6 +50,7 @@ GRID: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = (
     ((3,) * 4, (1536,) * 4),
 )
 RUNTIME_PRECISIONS = (("executorch", "fp32"), ("executorch", "int8"), ("executorch", "int4"), ("onnx", "fp32"), ("onnx", "int8"))
+EMBEDDING_SCHEMES = ("int8", "int4")  # word-table precisions measured beside int8/int4 linears (first shape only)
 # Re-measured before every step on a shared machine: observations are scaled by (first / current) reference time.
 REFERENCE = ((12, 12), (1536, 1536))
 
@@ -79,11 +83,15 @@ def quantize_onnx_int8(src: Path, dst: Path) -> Path:
 
 def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens: Sequence[int], threads: Sequence[int],
                   runs: int, warmup: int, workdir: Path, measurer_factory: Callable | None = None, runtime_key: str | None = None,
-                  seed: int = 0, docs: list | None = None) -> list[Observation]:  # fmt: skip
+                  seed: int = 0, docs: list | None = None, embeddings: str | None = None) -> list[Observation]:  # fmt: skip
     """Profile one shape on one runtime/precision; one observation per (seq_len, threads).
 
-    The profile documents are appended to ``docs`` when given.
+    ``embeddings`` (``"int8"``/``"int4"``, ExecuTorch int8/int4 only) stores
+    the word table at that precision too (the observation records it). The
+    profile documents are appended to ``docs`` when given.
     """
+    if embeddings and not (runtime == "executorch" and precision in ("int8", "int4")):
+        raise ValueError(f"a quantized word table is calibrated with executorch int8/int4 linears, not {runtime}/{precision}")
     import torch
 
     from edgenlp.models.encoder import EncoderClassifier
@@ -101,7 +109,8 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
     target = ProfileTarget(name="calibration", plan=LinearPlan.from_model(model), vocab_size=shape.vocab_size, model=model,
                            analysis_model=model, workdir=workdir, seq_lens=tuple(seq_lens))  # fmt: skip
     if precision in ("int8", "int4") and runtime == "executorch":
-        target.pte = lower_quantized_pte(model, precision, tuple(seq_lens), workdir / f"model.{precision}.pte")
+        name = f"model.{precision}" + (f"+emb{embeddings}" if embeddings else "") + ".pte"
+        target.pte = lower_quantized_pte(model, precision, tuple(seq_lens), workdir / name, embeddings=embeddings)
         target.pte_methods = {s: f"forward_{s}" for s in sorted(set(seq_lens))}
     elif precision == "int8":
         if runtime != "onnx":
@@ -121,14 +130,17 @@ def measure_shape(shape: EncoderShape, *, runtime: str, precision: str, seq_lens
             doc = build_document(target, analytic, {key: m}, config, t)
             if docs is not None:
                 docs.append(doc)
-            out.append(Observation.from_profile(doc, runtime_key=key, runtime=runtime, precision=precision, model_shape=shape))
+            ob = Observation.from_profile(doc, runtime_key=key, runtime=runtime, precision=precision, model_shape=shape)
+            out.append(dataclasses.replace(ob, embeddings=embeddings) if embeddings else ob)
     return out
 
 
-def lower_quantized_pte(model, precision: str, seq_lens: tuple[int, ...], out: Path) -> Path:
+def lower_quantized_pte(model, precision: str, seq_lens: tuple[int, ...], out: Path, *, embeddings: str | None = None) -> Path:
     """``model`` lowered to ExecuTorch with every linear at ``precision`` (int8 per channel or int4 groupwise), as a bundle is.
 
-    Reused when ``out`` was written for the same lengths (the weights are seeded, so the same shape gives the same file).
+    ``embeddings`` also stores the word table at that precision. Reused when
+    ``out`` was written for the same lengths (the weights are seeded, so the
+    same shape gives the same file).
     """
     import json
     import os
@@ -138,10 +150,12 @@ def lower_quantized_pte(model, precision: str, seq_lens: tuple[int, ...], out: P
     from edgenlp.quantize.schemes import fake_quantize
 
     key = {"precision": precision, "seq_lens": sorted(set(seq_lens)), "shape": model.shape.to_dict()}
+    if embeddings:
+        key["embeddings"] = embeddings
     sidecar = out.with_name(out.name + ".key.json")
     if out.is_file() and sidecar.is_file() and json.loads(sidecar.read_text()) == key:
         return out
-    cfg = QuantizeConfig(scheme=precision)
+    cfg = QuantizeConfig(scheme=precision, embeddings=embeddings)
     res = to_pte(fake_quantize(model, cfg), buckets=tuple(key["seq_lens"]))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -188,14 +202,20 @@ def _scaled(ob: Observation, factor: float) -> Observation:
 def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precisions=RUNTIME_PRECISIONS, seq_lens=(32, 128),
               threads=(1, 2), runs: int = 15, warmup: int = 2, workdir: str | Path | None = None, progress: bool = True,
               measurer_factory: Callable | None = None, runtime_key: str | None = None, key: dict | None = None,
-              device: str = "host", normalize: bool = True) -> CostTable:  # fmt: skip
+              device: str = "host", normalize: bool = True, embedding_schemes: Sequence[str] = EMBEDDING_SCHEMES,
+              grid: str = "full", on_step: Callable[[int, int, str], None] | None = None) -> CostTable:  # fmt: skip
     """Measure ``shapes`` (default :data:`GRID`) and return the cost table (not saved).
 
     With ``normalize`` (host only), the :data:`REFERENCE` shape is re-measured
     before every step and the step's observations are scaled by
     ``first reference / current reference``: on a machine shared with other
     jobs, the table then describes one consistent machine speed (recorded as
-    ``notes["reference_ms"]``).
+    ``notes["reference_ms"]``). ``embedding_schemes`` are measured on the
+    first shape with ExecuTorch int8/int4 linears (the pairs a bundle ships),
+    the word table at each scheme. The 1-minute load average is recorded
+    before every step (``notes["load_avg"]``); ``grid`` names the grid in the
+    notes (``"full"`` or ``"minimal"``). ``on_step(done, total, what)`` is
+    called before each step (progress for callers without a terminal bar).
     """
     from rich.progress import Progress
 
@@ -203,7 +223,11 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
 
     shapes = list(shapes) if shapes is not None else grid_shapes()
     obs: list[Observation] = []
-    steps = [(i, s, rt, p) for rt, p in runtime_precisions for i, s in enumerate(shapes)]  # runtime by runtime
+    steps = [(i, s, rt, p, None) for rt, p in runtime_precisions for i, s in enumerate(shapes)]  # runtime by runtime
+    steps += [(0, shapes[0], rt, p, e) for rt, p in runtime_precisions for e in embedding_schemes
+              if rt == "executorch" and p in ("int8", "int4") and shapes]  # fmt: skip
+    loads: list[float] = []
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))
@@ -211,11 +235,17 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
         task = bar.add_task("calibrating", total=len(steps))
         ref_first, gemm = None, None
         factors = []
-        for i, shape, rt, prec in steps:
-            bar.update(task, description=f"shape {i + 1}/{len(shapes)} {rt} {prec}")
-            log.info("calibrating shape %d (heads %s, ffn %s) on %s %s", i, shape.heads, shape.ffn, rt, prec)
+        for n, (i, shape, rt, prec, emb) in enumerate(steps):
+            what = f"shape {i + 1}/{len(shapes)} {rt} {prec}" + (f" + {emb} word table" if emb else "")
+            bar.update(task, description=what)
+            if on_step is not None:
+                on_step(n, len(steps), what)
+            with contextlib.suppress(OSError):
+                loads.append(round(os.getloadavg()[0], 2))
+            log.info("calibrating %s (heads %s, ffn %s)", what, shape.heads, shape.ffn)
             got = measure_shape(shape, runtime=rt, precision=prec, seq_lens=seq_lens, threads=threads, runs=runs, warmup=warmup,
-                                workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key)  # fmt: skip
+                                workdir=Path(workdir) / f"shape{i}", measurer_factory=measurer_factory, runtime_key=runtime_key,
+                                embeddings=emb)  # fmt: skip
             if normalize:
                 ref = reference_ms(Path(workdir), runs=runs)
                 if ref_first is None:
@@ -226,8 +256,10 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
             obs += got
             bar.advance(task)
     notes = {"measured": sorted({f"{o.runtime}/{o.precision}" for o in obs}),
+             "measured_embeddings": sorted({f"{o.runtime}/{o.precision}+{o.embeddings}" for o in obs if o.embeddings}),
              "assumed": "precisions not in 'measured': derived by throughput ratios",
-             "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes)}  # fmt: skip
+             "seq_lens": list(seq_lens), "threads": list(threads), "runs": runs, "shapes": len(shapes), "grid": grid,
+             "started": started, "load_avg": loads}  # fmt: skip
     if normalize and ref_first:
         notes.update(reference_ms=ref_first, reference_factors=[round(f, 3) for f in factors], fp32_gemm_gflops=round(gemm, 2),
                      reference=f"ONNX Runtime fp32, heads {REFERENCE[0]}, ffn {REFERENCE[1]}, seq 128, 1 thread (fastest run)")
@@ -257,3 +289,56 @@ def merge_tables(base: CostTable, new: CostTable) -> CostTable:
                        {"measured": sorted(f"{r}/{p}" for r, p in measured), "reference_ms": new.notes.get("reference_ms"),
                         "scaled_by": round(factor, 3), "runs": new.notes.get("runs"), "threads": new.notes.get("threads")}]
     return CostTable(obs, base.key, base.device, notes)
+
+
+# The minimal grid `compress` measures on a host without a calibration: the full shape, an uneven pruned-looking one
+# and a shallow stack, so every feature still varies on its own (layers, heads, FFN widths).
+MINIMAL_GRID = (GRID[0], GRID[2], GRID[4])
+
+
+def minimal_precisions(schemes: Sequence[str], runtime: str = "executorch") -> tuple[tuple[str, str], ...]:
+    """The (runtime, precision) pairs a plan over ``schemes`` needs (``mixed`` = int8 and int4)."""
+    want = {"fp32"}
+    for s in schemes:
+        want |= {"int8", "int4"} if s == "mixed" else {s}
+    return tuple((runtime, p) for p in ("fp32", "int8", "int4") if p in want and (runtime, p) in RUNTIME_PRECISIONS)
+
+
+def ensure_host_table(*, seq_len: int = 128, threads: int = 1, precisions: Sequence[str] = ("fp32", "int8", "int4"),
+                      runtime: str = "executorch", runs: int = 7, progress: bool = True,
+                      echo: Callable[[str], None] | None = None, measurer_factory: Callable | None = None,
+                      workdir: str | Path | None = None) -> Path:  # fmt: skip
+    """This machine's cost table, measured on :data:`MINIMAL_GRID` first when there is none; returns its path.
+
+    The table is cached where ``edgenlp targets calibrate host`` writes
+    (:func:`~edgenlp.targets.costmodel.host_table_path`, keyed by CPU and
+    runtime versions): the second call, and every later ``compress`` on this
+    machine, reads it. It measures ``runtime`` at the weight ``precisions`` a
+    plan may choose, at ``seq_len`` (and a quarter of it) on ``threads``
+    threads, and says so in its notes (``grid: "minimal"``); a full
+    calibration replaces it. Progress goes to ``echo`` step by step.
+    """
+    from edgenlp.targets.costmodel import host_table_path
+
+    say = echo or (lambda msg: log.info("%s", msg))
+    path = host_table_path()
+    if path.is_file():
+        log.info("cost table of this machine: %s", path)
+        return path
+    pairs = minimal_precisions(precisions, runtime)
+    seqs = tuple(sorted({max(8, seq_len // 4), seq_len}))
+    shapes = grid_shapes(MINIMAL_GRID)
+    say(f"no cost calibration of this machine: measuring a minimal grid first ({len(shapes)} shapes x "
+        f"{', '.join(p for _, p in pairs)} through {runtime}, seq {'/'.join(map(str, seqs))}, {threads} thread(s); "
+        f"cached at {path})")  # fmt: skip
+    started = time.perf_counter()
+
+    def step(done: int, total: int, what: str) -> None:
+        say(f"  calibrating this machine {done + 1}/{total}: {what}")
+
+    table = calibrate(shapes=shapes, runtime_precisions=pairs, seq_lens=seqs, threads=(threads,), runs=runs, warmup=2,
+                      workdir=workdir, progress=progress, measurer_factory=measurer_factory, embedding_schemes=(),
+                      grid="minimal", on_step=step)  # fmt: skip
+    table.save(path)
+    say(f"calibrated this machine in {time.perf_counter() - started:.0f} s -> {path}")
+    return path

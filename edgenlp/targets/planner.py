@@ -1,12 +1,15 @@
-"""Pick the compression recipe with the best predicted accuracy that fits a device's budgets.
+"""Pick the compression recipe that fits a device's budgets and is best on an objective (fastest by default).
 
 The search space (:class:`SearchSpace`) crosses pruning (method × sparsity),
 weight precision (fp32, int8, int4, or per layer), the embedding scheme and
 vocabulary trimming. Each :class:`Candidate` is turned into the encoder shape
 it would have (:func:`candidate_shape`), priced by the
 :class:`~edgenlp.targets.costmodel.CostModel` and scored by an
-:class:`AccuracyModel`. :func:`plan` returns the most accurate candidate that
-meets every budget, and every candidate it considered (for the Pareto plot);
+:class:`AccuracyModel` (measured rows only, :mod:`edgenlp.targets.prior`).
+:func:`plan` returns the best candidate on the objective (:func:`choose`:
+fastest within the accuracy bound by default, ties within the cost model's
+own error broken by size) that meets every budget, why it won
+(:class:`Choice`), and every candidate it considered (for the Pareto plot);
 when none fits it raises :class:`BudgetError` naming the closest achievable
 point for each budget.
 
@@ -23,18 +26,16 @@ verification fails::
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-import numpy as np
 
 from edgenlp.config import Config
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderShape
+from edgenlp.targets.budget_message import closest_message
 from edgenlp.targets.costmodel import MINILM_L6, MIXED, Prediction, layer_bits, resolve_mixed
+from edgenlp.targets.prior import AccuracyModel, PriorPoint
 from edgenlp.targets.target import PRECISIONS, Budgets, Target
 
 log = logging.getLogger(__name__)
@@ -187,98 +188,6 @@ def default_space(*, prune_methods: tuple[str, ...] = PRUNE_METHODS, schemes: tu
                        **kw).candidates()  # fmt: skip
 
 
-# --------------------------------------------------------------------------- accuracy prior
-
-DEFAULT_PRIOR: dict[str, Any] = {
-    "about": (
-        "Prior: predicted dev-accuracy drop (points) of MiniLM-L6 classifiers vs the uncompressed fine-tuned model. "
-        "fast and importance: measured, mean of SST-2 and banking77 (tools/bench/results/prune.md, 2026-11-24; "
-        "importance cuts attention and FFN by the same fraction). cofi: scaled from its paper (Xia et al. 2022) to this "
-        "smaller model (estimate). Quantization: measured, mean of SST-2 and banking77 through the ExecuTorch bundle "
-        "(tools/bench/results/quantize.md; drops in points, SST-2/banking77: int8 linears 0.11/0.30, int4 group-32 "
-        "-0.23/0.40, an int8 table added to int8 linears 0.23/-0.10, an int4 table added to int4 linears -0.34/0.60, "
-        "trimming added 0.34/0.00). Fewer bits are never predicted more accurate: int4's mean (0.09) is within one seed's "
-        "noise of int8's (0.21), so int4 takes int8's drop. "
-        "Drops add. Refresh with measured benchmark rows (AccuracyModel.with_measured)."
-    ),
-    "prune": {  # method -> [[sparsity, drop]], linear in between, extended by the last slope
-        "cofi": [[0.0, 0.0], [0.3, 0.4], [0.5, 1.2], [0.7, 3.5], [0.8, 6.0]],
-        "fast": [[0.0, 0.0], [0.3, 0.82], [0.5, 2.07], [0.7, 11.6], [0.9, 36.7]],
-        "importance": [[0.0, 0.0], [0.3, 1.66], [0.5, 4.2], [0.7, 9.35], [0.9, 29.3]],
-    },
-    "bits": {"fp32": 0.0, "int8": 0.2, "int4": 0.2},  # per layer, averaged over layers
-    "embeddings": {"none": 0.0, "int8": 0.07, "int4": 0.13},
-    "trim_vocab": 0.17,  # dev tokens unseen in training become [UNK]
-}
-
-
-class AccuracyModel:
-    """Predicted dev accuracy of a candidate: ``baseline - drop``, the drop from a refreshable prior table.
-
-    ``baseline`` is the uncompressed fine-tuned model's dev accuracy (%); left
-    at 100 the predictions read as "100 minus the drop".
-    """
-
-    def __init__(self, table: dict | None = None, *, baseline: float = 100.0) -> None:
-        self.table = json.loads(json.dumps(table or DEFAULT_PRIOR))
-        self.baseline = float(baseline)
-        for method, pts in self.table["prune"].items():
-            arr = np.asarray(pts, dtype=float)
-            if arr.ndim != 2 or arr.shape[1] != 2 or np.any(np.diff(arr[:, 0]) <= 0):
-                raise ValueError(f"accuracy table: prune.{method} must be [[sparsity, drop], ...] with increasing sparsity")
-
-    @classmethod
-    def from_json(cls, path: str | Path, *, baseline: float = 100.0) -> "AccuracyModel":
-        try:
-            table = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise EdgeNLPError(f"{path}: cannot read accuracy table ({exc})") from None
-        merged = {**DEFAULT_PRIOR, **table}
-        try:
-            return cls(merged, baseline=baseline)
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EdgeNLPError(f"{path}: {exc}") from None
-
-    def to_dict(self) -> dict:
-        return {**self.table, "baseline": self.baseline}
-
-    def with_measured(self, rows: list[dict]) -> "AccuracyModel":
-        """A copy where measured drops replace the prior: rows ``{"prune_method", "sparsity", "drop"}`` or ``{"bits", "drop"}``."""
-        table = json.loads(json.dumps(self.table))
-        for r in rows:
-            if "prune_method" in r:
-                pts = {round(s, 6): d for s, d in table["prune"].setdefault(r["prune_method"], [[0.0, 0.0]])}
-                pts[round(float(r["sparsity"]), 6)] = float(r["drop"])
-                table["prune"][r["prune_method"]] = [[s, pts[s]] for s in sorted(pts)]
-            elif "bits" in r:
-                table["bits"][r["bits"]] = float(r["drop"])
-            elif "embeddings" in r:
-                table["embeddings"][r["embeddings"] or "none"] = float(r["drop"])
-        return AccuracyModel(table, baseline=self.baseline)
-
-    def prune_drop(self, method: str | None, sparsity: float) -> float:
-        if method is None or sparsity <= 0:
-            return 0.0
-        pts = np.asarray(self.table["prune"][method], dtype=float)
-        xs, ys = pts[:, 0], pts[:, 1]
-        if sparsity <= xs[-1]:
-            return float(np.interp(sparsity, xs, ys))
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
-        return float(ys[-1] + slope * (sparsity - xs[-1]))
-
-    def drop(self, candidate: Candidate, *, num_layers: int = 6) -> float:
-        per = layer_bits(_blank_shape(num_layers), resolve_bits(candidate.bits, num_layers))
-        d = self.prune_drop(candidate.prune_method, candidate.sparsity)
-        d += sum(self.table["bits"][b] for b in per) / len(per)
-        d += self.table["embeddings"][candidate.embeddings or "none"]
-        d += self.table["trim_vocab"] if candidate.trim_vocab else 0.0
-        return d
-
-    def predict(self, candidate: Candidate, *, num_layers: int = 6) -> float:
-        """Predicted dev accuracy (%)."""
-        return self.baseline - self.drop(candidate, num_layers=num_layers)
-
-
 # --------------------------------------------------------------------------- the plan
 
 
@@ -286,7 +195,9 @@ class AccuracyModel:
 class Considered:
     """A candidate with its predicted cost, accuracy and accuracy drop, and the budgets it breaks (empty: it fits).
 
-    Unpacks as ``(candidate, prediction, predicted_drop, fits)``.
+    ``prior`` says how the drop was obtained (measured, interpolated,
+    extrapolated) and from which results files. Unpacks as
+    ``(candidate, prediction, predicted_drop, fits)``.
     """
 
     candidate: Candidate
@@ -294,6 +205,7 @@ class Considered:
     accuracy: float
     drop: float
     violations: tuple[str, ...] = ()
+    prior: PriorPoint | None = field(default=None, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -303,14 +215,128 @@ class Considered:
         return iter((self.candidate, self.prediction, self.drop, self.fits))
 
     def to_dict(self) -> dict:
-        return {"candidate": self.candidate.to_dict(), "label": self.candidate.label, "prediction": self.prediction.to_dict(),
-                "predicted_accuracy": round(self.accuracy, 3), "predicted_drop": round(self.drop, 3),
-                "violations": list(self.violations)}  # fmt: skip
+        d = {"candidate": self.candidate.to_dict(), "label": self.candidate.label, "prediction": self.prediction.to_dict(),
+             "predicted_accuracy": round(self.accuracy, 3), "predicted_drop": round(self.drop, 3),
+             "violations": list(self.violations)}  # fmt: skip
+        if self.prior is not None:
+            d["prior"] = self.prior.to_dict()
+        return d
+
+
+OBJECTIVES = ("latency", "accuracy", "size")
+SIZE_TOLERANCE = 0.01  # size is counted from the shapes, not fitted: within 1% of the written file (tests/targets/test_costmodel.py)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Why :func:`choose` picked a candidate: the objective, the runner-up on it, the margin and the tolerance that makes a tie.
+
+    ``margin`` is the runner-up's value minus the chosen one's on the
+    objective: a fraction of the chosen value for latency and size, points for
+    accuracy (the drop). ``tie`` is true when the runner-up is within
+    ``tolerance`` of the best value, and the tie was broken by ``tiebreak``.
+    """
+
+    objective: str
+    chosen: Considered
+    runner_up: Considered | None
+    best_value: float
+    margin: float | None
+    tolerance: float
+    tie: bool
+    tiebreak: str
+    max_drop: float | None
+
+    @staticmethod
+    def value(c: Considered, objective: str) -> float:
+        return {"latency": c.prediction.latency_ms, "size": c.prediction.size_mb, "accuracy": c.drop}[objective]
+
+    def reason(self) -> str:
+        """One paragraph: why the chosen candidate won, and the bound it met."""
+        unit = {"latency": "ms predicted", "size": "MB predicted", "accuracy": "points predicted drop"}[self.objective]
+        c, r = self.chosen, self.runner_up
+        tol = f"{self.tolerance:.0%}" if self.objective != "accuracy" else f"{self.tolerance:.2f} points"
+        source = {"latency": "the cost model's own error", "size": "the size count's error",
+                  "accuracy": "the prior's spread between tasks"}[self.objective]  # fmt: skip
+        head = f"Objective: {self.objective}. {c.candidate.label}: {self.value(c, self.objective):.3g} {unit}"
+        if r is None:
+            text = f"{head}; it is the only candidate within the budgets and the accuracy bound."
+        else:
+            rv = self.value(r, self.objective)
+            diff = (f"{self.margin:+.1%}" if self.objective != "accuracy" else f"{self.margin:+.2f} points")
+            text = f"{head}; runner-up {r.candidate.label}: {rv:.3g} ({diff} against the chosen)."
+            if self.tie:
+                text += (f" Within {tol} of the best ({source}) candidates tie on {self.objective}; the tie went to "
+                         f"the {self.tiebreak}.")
+            else:
+                text += f" The margin exceeds the {tol} tie tolerance ({source})."
+        bound = (f" Predicted drop {c.drop:.2f} points" +
+                 (f" within the bound of {self.max_drop:g}" if self.max_drop is not None else " (no accuracy bound)") +
+                 f" ({c.prior.basis if c.prior else 'prior'}).")  # fmt: skip
+        return text + bound
+
+    def to_dict(self) -> dict:
+        r = self.runner_up
+        return {"objective": self.objective, "chosen": self.chosen.candidate.label,
+                "chosen_value": round(self.value(self.chosen, self.objective), 4),
+                "runner_up": r.candidate.label if r else None, "runner_up_candidate": r.candidate.to_dict() if r else None,
+                "runner_up_value": round(self.value(r, self.objective), 4) if r else None,
+                "margin": round(self.margin, 4) if self.margin is not None else None,
+                "margin_unit": "points" if self.objective == "accuracy" else "fraction of the chosen value",
+                "tolerance": round(self.tolerance, 4), "tie": self.tie, "tiebreak": self.tiebreak,
+                "max_drop": self.max_drop, "predicted_drop": round(self.chosen.drop, 4), "reason": self.reason()}  # fmt: skip
+
+
+def choose(fitting: list[Considered], *, objective: str = "latency", latency_tolerance: float = 0.0,
+           drop_tolerance: float = 0.0, size_tolerance: float = SIZE_TOLERANCE, max_drop: float | None = None) -> Choice:
+    """The best of ``fitting`` (candidates that meet every budget and the accuracy bound) on ``objective``.
+
+    Values within a tolerance of the best tie: latency within
+    ``latency_tolerance`` (a fraction: the cost model's own error), size within
+    ``size_tolerance``, the predicted drop within ``drop_tolerance`` points
+    (the prior's spread). A tie on the objective goes to the next key, with
+    its own tolerance, and what is still tied to the smallest predicted drop:
+
+    ``latency`` (default)  fastest; ties: smallest; then the smallest drop
+    ``size``               smallest; ties: fastest; then the smallest drop
+    ``accuracy``           smallest drop; ties: fastest; then the smallest drop
+
+    so a difference below a model's error never decides a plan.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if not fitting:
+        raise ValueError("choose needs at least one candidate")
+    lat = lambda c: c.prediction.latency_ms  # noqa: E731
+    size = lambda c: c.prediction.size_mb  # noqa: E731
+
+    def within(cands: list[Considered], key, tol: float, *, relative: bool) -> list[Considered]:
+        best = min(key(c) for c in cands)
+        limit = best * (1 + tol) if relative else best + tol
+        return [c for c in cands if key(c) <= limit + 1e-12]
+
+    keys = {"latency": (lat, latency_tolerance, True), "size": (size, size_tolerance, True), "accuracy": (lambda c: c.drop, drop_tolerance, False)}
+    second = {"latency": "size", "size": "latency", "accuracy": "latency"}[objective]
+    k1, tol, rel = keys[objective]
+    tied = within(list(fitting), k1, tol, relative=rel)
+    k2, tol2, rel2 = keys[second]
+    tied2 = within(tied, k2, tol2, relative=rel2)
+    chosen = min(tied2, key=lambda c: (c.drop, k2(c), k1(c)))
+    tiebreak = {"size": "smallest predicted size", "latency": "fastest predicted latency"}[second]
+    tiebreak += f" (within {tol2:.0%}), then the smallest predicted drop"
+    others = [c for c in fitting if c is not chosen]
+    runner = min(others, key=lambda c: (k1(c), c.drop, k2(c))) if others else None
+    margin = None
+    if runner is not None:
+        cv, rv = Choice.value(chosen, objective), Choice.value(runner, objective)
+        margin = (rv - cv) if objective == "accuracy" else ((rv - cv) / cv if cv > 0 else 0.0)
+    tie = runner is not None and runner in tied
+    return Choice(objective, chosen, runner, min(k1(c) for c in fitting), margin, tol, tie, tiebreak, max_drop)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The chosen candidate (``chosen``; its predictions in ``chosen_point``) and every candidate considered."""
+    """The chosen candidate (``chosen``; its predictions in ``chosen_point``), every candidate considered and why it won."""
 
     chosen: Candidate
     chosen_point: Considered
@@ -319,6 +345,8 @@ class Plan:
     budgets: Budgets
     shape: EncoderShape = field(compare=False)
     trimmed_vocab_size: int | None = None
+    choice: Choice | None = field(default=None, compare=False)
+    not_offered: tuple[Candidate, ...] = field(default=(), compare=False)
 
     @property
     def estimated(self) -> bool:
@@ -342,6 +370,8 @@ class Plan:
     def to_dict(self) -> dict:
         return {"target": self.target, "budgets": self.budgets.to_dict(), "chosen": self.chosen.to_dict(),
                 "chosen_point": self.chosen_point.to_dict(), "estimated": self.estimated,
+                "why": self.choice.to_dict() if self.choice else None,
+                "not_offered": [c.label for c in self.not_offered],
                 "considered": [c.to_dict() for c in self.considered]}  # fmt: skip
 
 
@@ -360,18 +390,28 @@ def _violations(pred: Prediction, budgets: Budgets, drop: float, max_drop: float
 
 def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: AccuracyModel | None = None,
          space: SearchSpace | list[Candidate] | None = None, shape: EncoderShape | None = None, num_labels: int = 2,
-         max_drop: float | None = None, task: str | None = None) -> Plan:  # fmt: skip
-    """The candidate with the best predicted accuracy that meets every budget (ties: the fastest).
+         max_drop: float | None = None, task: str | None = None, objective: str = "latency",
+         latency_tolerance: float | None = None) -> Plan:  # fmt: skip
+    """The best candidate on ``objective`` among those that meet every budget and the accuracy bound (:func:`choose`).
 
     ``cost_model`` defaults to :meth:`CostModel.for_target`, ``accuracy_model``
     to the prior (:class:`AccuracyModel`); ``space`` is a :class:`SearchSpace` or
     a list of candidates (default: the full space); ``shape`` is the
-    uncompressed model's shape (default MiniLM-L6); ``max_drop`` (points) also
-    rules out candidates predicted to lose more; ``task`` is recorded in the log.
-    Raises :class:`BudgetError` when nothing fits.
+    uncompressed model's shape (default MiniLM-L6); ``max_drop`` (points) rules
+    out candidates predicted to lose more; ``objective`` is ``latency``
+    (default: the fastest, ties within the cost model's error broken by size),
+    ``accuracy`` or ``size``; ``latency_tolerance`` overrides the cost model's
+    :meth:`~edgenlp.targets.costmodel.CostModel.ranking_tolerance`. A candidate
+    the prior has no measured row for (a pruning method without rows at its
+    budget, a precision without a row) is not offered (``Plan.not_offered``);
+    an interpolated or extrapolated pruning point is offered and labelled so
+    (``Considered.prior``). ``task`` is recorded in the log. Raises
+    :class:`BudgetError` when nothing fits.
     """
     from edgenlp.targets.costmodel import CostModel
 
+    if objective not in OBJECTIVES:
+        raise EdgeNLPError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     cost_model = cost_model if cost_model is not None else CostModel.for_target(target)
     accuracy_model = accuracy_model if accuracy_model is not None else AccuracyModel()
     shape = shape or MINILM_L6
@@ -384,74 +424,37 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         raise EdgeNLPError(f"{target.name} has {target.cores} cores; threads {budgets.threads} is out of range")
     if budgets.seq_len > shape.max_positions:
         raise EdgeNLPError(f"seq_len {budgets.seq_len} exceeds the model's {shape.max_positions} positions")
-    considered = []
+    considered, not_offered = [], []
     for c in candidates:
+        prior = accuracy_model.explain(c, num_layers=shape.num_layers)
+        if prior.basis == "unmeasured":
+            not_offered.append(c)
+            continue
         s = candidate_shape(shape, c, trimmed_vocab_size=trimmed)
         bits = resolve_bits(c.bits, shape.num_layers)
         pred = cost_model.predict(s, bits=bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
                                   num_labels=num_labels)  # fmt: skip
-        drop = accuracy_model.drop(c, num_layers=shape.num_layers)
-        considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop)))
+        drop = prior.drop
+        considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop), prior))
+    if not_offered:
+        log.info("not offered (no measured prior row): %d candidates, e.g. %s (%s)", len(not_offered), not_offered[0].label,
+                 accuracy_model.explain(not_offered[0], num_layers=shape.num_layers).note)  # fmt: skip
     if not considered:
-        raise BudgetError(f"the search space for {target.name} is empty (every candidate excluded)")
+        why = " (every candidate excluded)" if not not_offered else " (the accuracy prior has no measured row for any candidate)"
+        raise BudgetError(f"the search space for {target.name} is empty{why}")
     fitting = [c for c in considered if c.fits]
     if not fitting:
-        raise BudgetError(_closest_message(target, budgets, considered, accuracy_model, max_drop))
-    chosen = min(fitting, key=lambda c: (-round(c.accuracy, 6), c.prediction.latency_ms, c.prediction.size_mb))
-    log.info("plan for %s%s: %s (predicted %.2f ms, %.1f MB, %.2f MB, drop %.2f)", target.name, f" / {task}" if task else "",
+        raise BudgetError(closest_message(target, budgets, considered, accuracy_model, max_drop))
+    if latency_tolerance is None:
+        precisions = tuple(sorted({p for c in fitting for p in layer_bits(_blank_shape(shape.num_layers),
+                                                                         resolve_bits(c.candidate.bits, shape.num_layers))}))
+        latency_tolerance = cost_model.ranking_tolerance(precisions, threads=budgets.threads)
+    choice = choose(fitting, objective=objective, latency_tolerance=latency_tolerance, drop_tolerance=accuracy_model.tolerance(max_drop),
+                    max_drop=max_drop)  # fmt: skip
+    chosen = choice.chosen
+    if chosen.prior is not None and chosen.prior.basis != "measured":
+        log.warning("the chosen candidate's accuracy is %s, not measured: %s", chosen.prior.basis, chosen.prior.note)
+    log.info("plan for %s%s: %s (predicted %.2f ms, %.1f MB, %.2f MB, drop %.2f); %s", target.name, f" / {task}" if task else "",
              chosen.candidate.label, chosen.prediction.latency_ms, chosen.prediction.peak_memory_mb, chosen.prediction.size_mb,
-             chosen.drop)  # fmt: skip
-    return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed)
-
-
-def _tradeoff(budgets: Budgets, considered: list[Considered]) -> list[str]:
-    """Where accuracy and the latency budget pull apart: the best of each side among candidates that meet everything else."""
-    out = []
-    if budgets.latency_ms is not None:
-        # meets the accuracy bound and the memory/size budgets, misses only latency
-        accurate = [c for c in considered if set(c.violations) <= {"latency"}]
-        if accurate:
-            fastest = min(accurate, key=lambda c: c.prediction.latency_ms)
-            out.append(f"within the accuracy bound and the other budgets the fastest is {fastest.candidate.label} at "
-                       f"{fastest.prediction.latency_ms:.3g} ms ({fastest.prediction.latency_ms / budgets.latency_ms:.2g}x the latency budget)")
-        else:
-            out.append("no candidate meets the accuracy bound and the memory and size budgets together, at any latency")
-    frugal = [c for c in considered if set(c.violations) <= {"accuracy"}]
-    if frugal:
-        best = min(frugal, key=lambda c: c.drop)
-        out.append(f"within the latency, memory and size budgets the smallest predicted drop is {best.drop:.2f} points "
-                   f"({best.candidate.label})")
-    return out
-
-
-def _closest_message(target: Target, budgets: Budgets, considered: list[Considered], acc: AccuracyModel,
-                     max_drop: float | None) -> str:  # fmt: skip
-    parts = []
-    est = any(c.prediction.estimated for c in considered)
-    for name, unit, budget, get in (
-        ("latency", "ms", budgets.latency_ms, lambda c: c.prediction.latency_ms),
-        ("memory", "MB", budgets.memory_mb, lambda c: c.prediction.peak_memory_mb),
-        ("size", "MB", budgets.size_mb, lambda c: c.prediction.size_mb),
-    ):
-        if budget is None:
-            continue
-        best = min(considered, key=get)
-        verdict = "meets" if get(best) <= budget else "misses"
-        parts.append(f"{name} budget {budget:g} {unit}: lowest predicted {get(best):.3g} {unit} ({best.candidate.label}; {verdict} it)")
-    if max_drop is not None:
-        best = max(considered, key=lambda c: c.accuracy)
-        parts.append(f"accuracy drop ≤ {max_drop:g}: smallest predicted drop {acc.baseline - best.accuracy:.2f} ({best.candidate.label})")
-        parts += _tradeoff(budgets, considered)
-    # the candidate closest to fitting overall: smallest worst relative excess
-    def excess(c: Considered) -> float:
-        r = [c.prediction.latency_ms / budgets.latency_ms if budgets.latency_ms else 0.0,
-             c.prediction.peak_memory_mb / budgets.memory_mb if budgets.memory_mb else 0.0,
-             c.prediction.size_mb / budgets.size_mb if budgets.size_mb else 0.0]  # fmt: skip
-        return max(r)
-
-    near = min(considered, key=excess)
-    p = near.prediction
-    tail = (f"closest overall: {near.candidate.label} at {p.latency_ms:.3g} ms, {p.peak_memory_mb:.3g} MB peak, {p.size_mb:.3g} MB"
-            f"{' (estimated)' if est else ''}")  # fmt: skip
-    return (f"no candidate meets the budgets on {target.name} at seq {budgets.seq_len}, {budgets.threads} thread(s) "
-            f"({len(considered)} considered): " + "; ".join(parts) + f"; {tail}. Relax a budget or widen the search space.")
+             chosen.drop, choice.reason())  # fmt: skip
+    return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed, choice, tuple(not_offered))

@@ -367,6 +367,15 @@ def load_target(name_or_path: str | Path) -> Target:
     return _host(target) if spec == "host" else target
 
 
+def reference_host() -> Target:
+    """``targets/host.toml`` as written: the machine the shipped reference cost table was measured on.
+
+    Device estimates transfer that table with this machine's rates, whatever
+    machine edgenlp runs on, so a device's plan does not depend on the host.
+    """
+    return parse_target(targets_dir() / "host.toml")
+
+
 def _host(reference: Target) -> Target:
     """The built-in ``host`` target is this machine (``EDGENLP_HOST_AS_FILE=1``: the file as written)."""
     return reference if os.environ.get("EDGENLP_HOST_AS_FILE") == "1" else this_machine(reference)
@@ -431,7 +440,10 @@ def this_machine(reference: Target, *, probe: dict[str, Any] | None = None, rate
     if probe["arch"] not in ARCHES:
         return reference
     ref_cluster = reference.clusters[0]
-    same_cpu = probe["model"] == ref_cluster.core or probe["model"] in reference.description
+    # the same CPU: its model name (a hypervisor may mask the part, so the name alone is not enough) and the ISA
+    # flags the reference file states; an AVX2-only "AMD EPYC" is not the AVX-512 one the reference measured
+    same_cpu = (probe["model"] == ref_cluster.core or probe["model"] in reference.description) and \
+        (not probe["isa"] or set(reference.isa) == set(probe["isa"]))
     fp32 = ref_cluster.fp32_gflops_per_core
     int8 = ref_cluster.int8_gops_per_core
     if rates.get("fp32_gemm_gflops"):

@@ -52,9 +52,10 @@ VARIANTS = {
 
 
 def _tsv(split: str, n: int) -> list[str]:
+    """The first ``n`` texts of the shared SST-2 split; skips the test, naming the file, when it is missing."""
     path = DATA / "sst2" / f"{split}.tsv"
     if not path.is_file():
-        return []
+        pytest.skip(f"needs {path} (the shared data; set EDGENLP_DATA_DIR)")
     from edgenlp.data.tasks import read_tsv
 
     return list(read_tsv(path).texts)[:n]
@@ -62,7 +63,7 @@ def _tsv(split: str, n: int) -> list[str]:
 
 @pytest.fixture(scope="session")
 def train_texts() -> list[str]:
-    return _tsv("train", 200) or SENTENCES[:2]
+    return _tsv("train", 200)
 
 
 @pytest.fixture(scope="session")

@@ -90,6 +90,7 @@ def test_java_binding(host_sdk, host_build, tiny_bundle, tmp_path):
     assert "format_version 2 is newer" in errors["BUNDLE_FORMAT"]
 
 
+@pytest.mark.slow  # an ASan build of the runtime and the JNI layer: minutes; CI runs the C unit tests under ASan
 def test_java_binding_under_asan(host_sdk, tiny_bundle, tmp_path):
     """The same program with libedgenlp + the JNI layer built with ASan + UBSan, preloaded into the JVM."""
     java = _java()

@@ -60,11 +60,7 @@ def fake_adb(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def board_bundle(tmp_path_factory, tiny_task_dir) -> Path:
-    """A small random BERT bundle (2 layers, hidden 256, FFN 1024; .pte only, methods for 16 and 64 tokens).
-
-    Big enough that the model, not the fixed cost of a call, dominates a run on
-    this machine too, so components must add up to the total within 10%.
-    """
+    """A small random BERT bundle (2 layers, hidden 256, FFN 1024; .pte only, methods for 16 and 64 tokens)."""
     from edgenlp_testing import tiny_model
 
     from edgenlp.data.tasks import load_task

@@ -16,6 +16,7 @@ ATTN = r"layers\.\d+\.(query|key|value|attn_out)\."
 TARGET_WEIGHTS = r"(layers\.\d+\.(query|key|value|attn_out|ffn_in|ffn_out)|pooler)\.(weight|bias)$"
 HEAD = r"classifier\."
 LEARNER = r"\.learner_p[12]$"
+BITFIT = r"^(embeddings|layers)\..*(\.bias|norm\.weight)$"  # biases and layer norms outside the head
 
 
 def _is(*patterns):
@@ -34,6 +35,11 @@ CASES = [
     ("learner-attn-only", FinetuneConfig(method="learner", learner=LearnerConfig(rank=2, targets=("query", "value"), priming_steps=2)),
      [("priming", _is(r"(query|value)\.learner_p[12]$", HEAD, ATTN + r"(base_layer\.)?(weight|bias)$")),
       ("learners", _is(r"(query|value)\.learner_p[12]$", HEAD))]),
+    ("learner-lp-ft", FinetuneConfig(method="learner", learner=LearnerConfig(rank=4, probe_epochs=0.3, priming_steps=2)),
+     [("probe", _is(HEAD, r"^pooler\.")), ("priming", _is(LEARNER, HEAD, ATTN + r"base_layer\.")),
+      ("learners", _is(LEARNER, HEAD))]),
+    ("learner-bitfit", FinetuneConfig(method="learner", learner=LearnerConfig(rank=4, priming_steps=2, bitfit=True)),
+     [("priming", _is(LEARNER, HEAD, ATTN + r"base_layer\.", BITFIT)), ("learners", _is(LEARNER, HEAD, BITFIT))]),
     ("learner-rank-auto", FinetuneConfig(method="learner", learner=LearnerConfig(rank="auto", priming_steps=2)),
      [("priming", _is(TARGET_WEIGHTS, HEAD)), ("learners", _is(LEARNER, HEAD))]),
     ("far", FinetuneConfig(method="far", far=FarConfig(keep=0.25)),
@@ -217,3 +223,51 @@ def test_cli_writes_a_model_directory_with_finetune_json(tmp_path, synth_task_di
     (step,) = reloaded_info.recipe
     assert step.type == "finetune" and step.config.method == "learner" and "accuracy" in step.result["dev"]
     assert step.config.learner.ranks == (("pooler", 3),)
+
+
+@pytest.mark.parametrize("learner_cfg", [LearnerConfig(rank=3, priming_steps=2, bitfit=True),
+                                         LearnerConfig(rank=3, probe_epochs=0.2, priming_steps=2, bitfit=True)],
+                         ids=["bitfit", "lp-ft+bitfit"])
+def test_merged_equals_unmerged_with_biases_and_norms_trained(learner_cfg, batch):
+    """Trained biases and layer norms live in the base model: merging the Learners keeps the function exactly."""
+    model, _ = small_model()
+    cfg = FinetuneConfig(method="learner", learner=learner_cfg)
+    method = METHOD_TYPES["learner"](model, cfg, total_steps=10, steps_per_epoch=10)
+    ids, mask, labels = batch
+    model.train()
+    for phase in method.phases():
+        optimizer = torch.optim.AdamW([{**g, "lr": 0.05} for g in phase.enter()])
+        for _ in range(2):
+            nn.functional.cross_entropy(model(ids, mask), labels).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    with torch.no_grad():
+        unmerged = model(ids, mask)
+    method.finish()
+    with torch.no_grad():
+        merged = model(ids, mask)
+    torch.testing.assert_close(merged, unmerged, rtol=0, atol=1e-5)
+    fresh = small_model()[0].state_dict()
+    moved = [n for n, v in model.state_dict().items() if re.search(BITFIT, n) and not torch.equal(v, fresh[n])]
+    assert "embeddings.norm.weight" in moved and "layers.1.ffn_out.bias" in moved  # they did train
+
+
+def test_cli_rank_auto_runs(tmp_path, synth_task_dir):
+    import json
+
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+    from edgenlp.models.registry import save_pretrained
+
+    base = save_pretrained(*small_model(), tmp_path / "base")
+    out = tmp_path / "ft"
+    result = CliRunner().invoke(main, ["finetune", str(base), "--task", str(synth_task_dir), "--method", "learner",
+                                       "--rank", "auto", "--energy", "0.8", "--epochs", "2", "--batch-size", "32",
+                                       "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "finetune.json").read_text())
+    assert report["config"]["learner"]["rank"] == "auto" and report["learner"]["rank_auto"]["energy_target"] == 0.8
+    assert report["learner"]["priming_steps"] > 0 and report["learner"]["ranks"]
+    assert report["trainable_params"]["count"] < report["trainable_params"]["total"]

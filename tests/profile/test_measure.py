@@ -1,11 +1,11 @@
 """Measured latency: attribution covers the forward on every runtime.
 
-These check properties of the attribution, not speed: on a model whose profile
-is known (matrix multiplications are nearly all of its work), the attributed
-components alone must cover at least 80% of the plain end-to-end median of
-the same measurement, and the FFN (8x the FLOPs of the attention output
-projection) must take longer than that projection. An attribution that drops
-or misplaces operators fails. One measurement each, no retries.
+These check the structure of the attribution, not speed: every linear of the
+model is one attributed event in plan order, every operator lands in a
+component, every component has events and every event was timed in every run.
+An attribution that drops or misplaces operators fails; a slow or loaded
+machine does not. How much of the end-to-end time the components cover is a
+timing claim and lives in ``tools/bench/component_profile.py``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from torch import nn
 from edgenlp.models.encoder import EncoderClassifier, EncoderShape
 from edgenlp.profile.api import ProfileConfig, build_document
 from edgenlp.profile.analytic import analyze
-from edgenlp.profile.components import COMPONENTS, LinearPlan
+from edgenlp.profile.components import LinearPlan
 from edgenlp.profile.measure import EagerMeasurer, MeasureSpec, ProfileTarget
+from profile_testing import check_attribution, check_document
 
 SEQ = 128
 
@@ -33,8 +34,7 @@ def _target(model, tmp_path, name="m") -> ProfileTarget:
 
 @pytest.fixture(scope="module")
 def small_model():
-    # big enough (about 0.5 GFLOP at seq 128) that fixed per-call costs stay well under 10 %
-    shape = EncoderShape.uniform(num_layers=2, hidden=256, num_heads=4, ffn=1024, vocab_size=2000, max_positions=128)
+    shape = EncoderShape.uniform(num_layers=2, hidden=64, num_heads=4, ffn=256, vocab_size=500, max_positions=128)
     return EncoderClassifier(shape, 2).init_weights(seed=0).eval()
 
 
@@ -51,24 +51,14 @@ def small_target(small_model, tmp_path_factory):
 
 
 @pytest.mark.parametrize("runtime", ["eager", "onnx", "executorch"])
-def test_components_cover_most_of_end_to_end(small_target, runtime):
-    m = _measurers()[runtime].measure(small_target, MeasureSpec(seq_len=SEQ, runs=15, warmup=2))
+def test_attribution_is_complete_on_every_runtime(small_target, runtime):
+    spec = MeasureSpec(seq_len=SEQ, runs=5, warmup=1)
+    m = _measurers()[runtime].measure(small_target, spec)
+    check_attribution(m, small_target.plan, runs=spec.runs)
     doc = build_document(small_target, analyze(small_target.analysis_model, seq_len=SEQ), {runtime: m},
                          ProfileConfig(runtimes=(runtime,)), 1)
-    t = doc["total"]
-    assert t["latency_ms"][runtime] == pytest.approx(float(np.median(m.end_to_end_ms)), rel=1e-3)
-    # Against the fastest plain run, not the median: on a loaded machine most 10 ms forwards are preempted somewhere,
-    # which lifts the end-to-end median while each component's median stays clean (seen: 64% of the median at load 3
-    # on 2 cores). The fastest run is the least disturbed, like the component medians; an attribution that loses a
-    # quarter of the time still fails.
-    coverage = t["components_sum_ms"][runtime] / t["latency_min_ms"][runtime]
-    rows = {r["name"]: r for r in doc["components"]}
-    detail = {name: r["latency_ms"][runtime] for name, r in rows.items()}
-    assert coverage >= 0.8, f"{runtime}: components cover {coverage:.0%} of the fastest end-to-end run: {detail}"
-    assert set(rows) == set(COMPONENTS)
-    for name in ("attn_qkv", "attn_core", "attn_out", "ffn"):
-        assert rows[name]["latency_ms"][runtime] > 0, name
-    assert rows["ffn"]["latency_ms"][runtime] > rows["attn_out"]["latency_ms"][runtime], detail
+    check_document(doc, runtime)
+    assert doc["total"]["latency_ms"][runtime] == pytest.approx(float(np.median(m.end_to_end_ms)), rel=1e-3)
     assert doc["methods"][runtime]
 
 
@@ -78,6 +68,7 @@ def test_uneven_pruned_model_on_every_runtime(tmp_path):
     target = _target(model, tmp_path, "uneven")
     measured = {rt: m.measure(target, MeasureSpec(seq_len=SEQ, runs=3, warmup=1)) for rt, m in _measurers().items()}
     for rt, m in measured.items():
+        check_attribution(m, target.plan, runs=3)
         layers = {(e.layer, e.component) for e in m.events if e.layer is not None}
         assert (2, "attn_qkv") not in layers and (2, "ffn") in layers, rt
         assert (1, "attn_core") in layers, rt

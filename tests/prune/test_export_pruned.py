@@ -16,7 +16,7 @@ from edgenlp.prune.surgery import apply_masks
 def pruned_bundle(tmp_path_factory, tiny_task_dir, make_finetuned):
     from edgenlp.data.tasks import load_task
     from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.prune.config import PruneConfig
+    from edgenlp.prune.config import FastConfig
     from edgenlp.recipe import Step
 
     model, info = make_finetuned(num_layers=3)
@@ -28,7 +28,7 @@ def pruned_bundle(tmp_path_factory, tiny_task_dir, make_finetuned):
     info = replace(info, shape=pruned.shape)
     data = load_task(tiny_task_dir)
     out = tmp_path_factory.mktemp("pruned-bundles") / "b"
-    step = Step("prune", PruneConfig(method="fast", target_sparsity=0.5), {})
+    step = Step("prune", FastConfig(target_sparsity=0.5), {})
     bundle = export_bundle(pruned, replace(info, recipe=(*info.recipe, step)), out, task=data,
                            config=ExportConfig(max_seq_len=32, buckets=(32,)))
     return pruned, bundle, data
@@ -37,7 +37,7 @@ def pruned_bundle(tmp_path_factory, tiny_task_dir, make_finetuned):
 def test_pruned_model_exports_to_pte_and_onnx_with_parity(pruned_bundle):
     pruned, bundle, _ = pruned_bundle
     manifest = bundle.manifest
-    assert set(manifest["parity"]) == {"executorch", "onnx"} or len(manifest["parity"]) == 2
+    assert set(manifest["parity"]) == {"executorch", "onnx"}, sorted(manifest["parity"])  # both formats checked
     assert all(p["passed"] for p in manifest["parity"].values()), manifest["parity"]
     assert manifest["model"]["shape"]["heads"] == [0, 2, 2] and manifest["model"]["shape"]["ffn"][1] == 0
     assert [s["step"] for s in manifest["applied"]] == ["finetune", "prune", "export"]

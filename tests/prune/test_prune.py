@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from edgenlp.cli import main
 from edgenlp.data.tasks import load_task
-from edgenlp.prune import MaskDict, PruneConfig, apply_masks, prune
+from edgenlp.prune import CofiConfig, FastConfig, MaskDict, apply_masks, prune, prune_config
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,12 @@ def task(tiny_task_dir):
     return load_task(tiny_task_dir)
 
 
-QUICK = dict(samples=8, batch_size=2, iterations=2, epochs=2, finetune_epochs=1)
+QUICK = dict(batch_size=2, finetune_epochs=1)
+OWN = {"cofi": dict(epochs=2), "fast": dict(samples=8), "importance": dict(samples=8, iterations=2)}  # each method's own
+
+
+def quick_config(method, **kw):
+    return prune_config(method, **{**QUICK, **OWN[method], **kw})
 
 
 @pytest.mark.parametrize("method, target", [("fast", "params"), ("importance", "params"), ("cofi", "params"),
@@ -29,7 +34,7 @@ def test_each_method_reaches_the_target_with_an_exact_smaller_model(method, targ
 
     model, info = make_finetuned(num_layers=3)
     quick = {**QUICK, "finetune_epochs": 0} if method == "importance" else QUICK  # importance: weights untouched
-    cfg = PruneConfig(method=method, target_sparsity=0.5, target=target, seq_len=32, **quick)
+    cfg = quick_config(method, target_sparsity=0.5, target=target, seq_len=32, **quick)
     res = prune(model, info, task, cfg, progress=False)
     measure = "encoder_params" if target == "params" else "flops"
     assert res.report["achieved"][measure] >= 0.5 - 1e-9
@@ -56,7 +61,7 @@ def test_each_method_reaches_the_target_with_an_exact_smaller_model(method, targ
 @pytest.mark.parametrize("method", ["fast", "cofi"])
 def test_target_zero_is_the_identity(method, task, make_finetuned):
     model, info = make_finetuned()
-    res = prune(model, info, task, PruneConfig(method=method, target_sparsity=0.0, **QUICK), progress=False)
+    res = prune(model, info, task, quick_config(method, target_sparsity=0.0), progress=False)
     assert res.model.shape == model.shape
     ids = torch.randint(1, 1000, (2, 9))
     with torch.no_grad():
@@ -69,7 +74,7 @@ def test_lagrangian_moves_expected_sparsity_towards_the_target(make_finetuned):
     from edgenlp.prune.common import shape_size
 
     model, _ = make_finetuned()
-    cfg = PruneConfig(method="cofi", target_sparsity=0.6)
+    cfg = CofiConfig(target_sparsity=0.6)
     gates, lag = CofiGates(model.shape, droprate_init=0.1, hidden=True), Lagrangian()
     opt = torch.optim.AdamW([{"params": list(gates.parameters()), "lr": 0.05},
                              {"params": list(lag.parameters()), "lr": 0.05}], weight_decay=0.0)
@@ -92,8 +97,8 @@ def test_lagrangian_moves_expected_sparsity_towards_the_target(make_finetuned):
 @pytest.mark.slow
 def test_cofi_trace_moves_toward_the_target(task, make_finetuned):
     model, info = make_finetuned()
-    cfg = PruneConfig(method="cofi", target_sparsity=0.5, samples=8, batch_size=2, epochs=20, finetune_epochs=0,
-                      mask_lr=0.1, lagrangian_lr=0.1, target_warmup=0.2)
+    cfg = CofiConfig(target_sparsity=0.5, batch_size=2, epochs=20, finetune_epochs=0, mask_lr=0.1, lagrangian_lr=0.1,
+                     target_warmup=0.2)
     trace = prune(model, info, task, cfg, progress=False).report["details"]["trace"]
     assert trace[-1]["expected_sparsity"] > trace[0]["expected_sparsity"] + 0.02, trace
     assert trace[-1]["lambda1"] < 0 < trace[-1]["lambda2"]
@@ -105,10 +110,59 @@ def test_a_model_not_finetuned_for_the_task_is_refused(task, make_finetuned):
 
     model, info = tiny_model()  # no finetune step
     with pytest.raises(EdgeNLPError, match="no finetune step"):
-        prune(model, info, task, PruneConfig(), progress=False)
+        prune(model, info, task, FastConfig(), progress=False)
     model, info = make_finetuned(labels=("a", "b", "c"))
     with pytest.raises(EdgeNLPError, match="labels"):
-        prune(model, info, task, PruneConfig(), progress=False)
+        prune(model, info, task, FastConfig(), progress=False)
+
+
+def test_prune_dispatches_on_the_config_type(task, make_finetuned):
+    """A method is a PruneConfig subclass plus a registered learn(); no method name is consulted."""
+    from dataclasses import dataclass
+    from typing import ClassVar
+
+    from edgenlp.prune.api import PRUNE_METHODS, register_prune_method
+    from edgenlp.prune.config import PruneConfig
+
+    @dataclass(frozen=True)
+    class DropLastLayerFfnConfig(PruneConfig):
+        method: ClassVar[str] = "drop-last-ffn-test"
+
+    @dataclass(frozen=True)
+    class UnregisteredConfig(PruneConfig):
+        method: ClassVar[str] = "unregistered-test"
+
+    calls = []
+
+    def learn(model, data, config, *, teacher, progress):
+        calls.append((type(config), teacher is not None))
+        full = MaskDict.full(model.shape, method=config.method)
+        last = full.layers[-1]
+        masks = MaskDict((*full.layers[:-1], type(last)(last.heads, ())), full.model, full.hidden, config.method)
+        return masks, apply_masks(model, masks), {"called": True}
+
+    model, info = make_finetuned()
+    register_prune_method(DropLastLayerFfnConfig, learn)
+    try:
+        res = prune(model, info, task, DropLastLayerFfnConfig(target_sparsity=0.2), progress=False)
+    finally:
+        PRUNE_METHODS.pop(DropLastLayerFfnConfig)
+    assert calls == [(DropLastLayerFfnConfig, True)]
+    assert res.report["details"] == {"called": True} and res.report["method"] == "drop-last-ffn-test"
+    assert res.model.shape.ffn[-1] == 0 and res.model.shape.ffn[0] == model.shape.ffn[0]
+    assert res.info.recipe[-1].config == DropLastLayerFfnConfig(target_sparsity=0.2)
+    with pytest.raises(TypeError, match="no pruning method is registered for UnregisteredConfig"):
+        prune(model, info, task, UnregisteredConfig(), progress=False)
+    with pytest.raises(TypeError, match="shared base"):
+        PruneConfig()
+
+
+def test_a_method_config_takes_only_its_own_settings():
+    assert type(prune_config("cofi", epochs=1.0)) is CofiConfig
+    with pytest.raises(ValueError, match="samples is not a setting of method 'cofi' \\(only of fast, importance\\)"):
+        prune_config("cofi", samples=8)
+    with pytest.raises(ValueError, match="method must be one of cofi, fast, importance"):
+        prune_config("magic")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -249,8 +303,8 @@ def test_snap_widths_keeps_multiples_within_the_budget_best_neurons_first():
 @pytest.mark.parametrize("method", ["fast", "importance", "cofi"])
 def test_ffn_multiple_gives_divisible_widths_at_the_target(method, task, make_finetuned):
     model, info = make_finetuned(num_layers=3)
-    quick = {**QUICK, "finetune_epochs": 0}
-    cfg = PruneConfig(method=method, target_sparsity=0.4, ffn_multiple=16, prune_hidden=False, **quick)
+    cofi = {"prune_hidden": False} if method == "cofi" else {}
+    cfg = quick_config(method, target_sparsity=0.4, ffn_multiple=16, finetune_epochs=0, **cofi)
     res = prune(model, info, task, cfg, progress=False)
     assert all(w % 16 == 0 for w in res.model.shape.ffn), res.model.shape.ffn
     assert res.report["achieved"]["encoder_params"] >= 0.4 - 1e-9
@@ -258,4 +312,4 @@ def test_ffn_multiple_gives_divisible_widths_at_the_target(method, task, make_fi
 
 def test_invalid_ffn_multiple_is_refused():
     with pytest.raises(ValueError, match="ffn_multiple"):
-        PruneConfig(ffn_multiple=0)
+        FastConfig(ffn_multiple=0)

@@ -56,7 +56,8 @@ def test_config_in_the_recipe_round_trips_with_hooks():
     back = recipe_from_list(json.loads(json.dumps(recipe_to_list([Step("quantize", cfg)]))))[0].config
     assert back == cfg and back.layer_bits == (("layers.0.query", 4), ("pooler", 32))
     policy = parity_policy([Step("quantize", cfg)])
-    assert policy.compare_fp32 and policy.tolerance_for("executorch") < policy.tolerance_for("onnx")
+    assert policy.compare_fp32 and policy.rounding_reference is not None
+    assert policy.tolerance_for("executorch", quant_error=1.0) < policy.tolerance_for("onnx", quant_error=1.0)
     storage = cfg.weight_storage()
     assert storage["layers.0.query"].bits == 4 and storage["layers.0.query"].group_size == 32
     assert "pooler" not in storage and storage["embeddings.word"].bits == 4
@@ -144,7 +145,9 @@ def test_int8_every_linear_is_a_quantized_delegated_op_in_one_call(int8_bundle):
 def test_int8_bundle_parity_and_snr_through_both_runtimes(int8_bundle, task):
     b = Bundle.open(int8_bundle)
     p = b.manifest["parity"]
-    assert p["executorch"]["passed"] and p["executorch"]["max_abs_diff"] <= 1e-2  # lowering error
+    # lowering error within the bound the gate applied (the reference's own activation rounding), recorded with why
+    et = p["executorch"]
+    assert et["passed"] and et["max_abs_diff"] <= et["tolerance"] == et["bound"]["tolerance"] and et["bound"]["why"]
     assert "fp32" in p["executorch"] and "fp32" in p["onnx"]  # quantization error reported
     model, info = tiny_model()
     texts = list(task.dev.texts + task.train.texts)
@@ -159,18 +162,38 @@ def test_int8_bundle_parity_and_snr_through_both_runtimes(int8_bundle, task):
     assert snr_db(ref, got_ort) >= 10.0
 
 
-def test_onnx_passes_strict_shape_inference_and_ort_quantizers(int8_bundle, tiny_bundle, tmp_path):
-    """The fp32 bundle's model.onnx goes through ONNX Runtime's own quantize_dynamic (the known snag)."""
+def test_onnx_passes_strict_shape_inference(int8_bundle, tiny_bundle):
+    """Both bundles' model.onnx pass the checker and strict shape inference; the int8 one quantizes every linear."""
+    from collections import Counter
+
     import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     for path in (tiny_bundle / "model.onnx", int8_bundle / "model.onnx"):
         proto = onnx.load(path)
         onnx.checker.check_model(proto)
         onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True)
+    ops = Counter(n.op_type for n in onnx.load(int8_bundle / "model.onnx").graph.node)
+    assert ops["MatMulInteger"] == len(linear_names(tiny_model()[0])) and "Gemm" not in ops, ops
+
+
+def test_ort_quantize_dynamic_quantizes_every_linear_of_the_fp32_bundle(tiny_bundle, tmp_path):
+    """ONNX Runtime's own quantize_dynamic on the fp32 bundle's model.onnx (the known snag): it runs, and what it
+    writes has every linear (the head's included) as an integer matmul and the fp32 model's logits within int8 noise."""
+    from collections import Counter
+
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     quantize_dynamic(tiny_bundle / "model.onnx", tmp_path / "q.onnx", per_channel=True, weight_type=QuantType.QInt8)
-    ops = {n.op_type for n in onnx.load(int8_bundle / "model.onnx").graph.node}
-    assert "MatMulInteger" in ops and "Gemm" not in ops
+    model, _ = tiny_model()
+    quantized = Counter(n.op_type for n in onnx.load(tmp_path / "q.onnx").graph.node)
+    assert quantized["MatMulInteger"] == len(linear_names(model)), quantized
+    ids, mask = example_inputs(24, batch=8, vocab_size=model.shape.vocab_size, seed=3)
+    feeds = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
+    ref = ort.InferenceSession(str(tiny_bundle / "model.onnx")).run(None, feeds)[0]
+    got = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, feeds)[0]
+    assert got.shape == ref.shape and snr_db(ref, got) >= 6.0  # int8 noise on a random tiny model: ~11 dB; broken: < 3
 
 
 def test_per_layer_bits_round_trip_through_the_manifest(mixed_trimmed_bundle):

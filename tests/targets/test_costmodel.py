@@ -328,7 +328,7 @@ def test_device_int4_carries_the_hosts_measured_int4_penalty(host):
 
 
 def test_cost_table_sources_follow_calibration_and_device_tables(tmp_path, monkeypatch):
-    """What a plan's fingerprint names: the shipped reference, then this machine's calibration, a device table first."""
+    """What a plan's fingerprint names: a device its measured table, else the shipped reference; the host its calibration."""
     import shutil
 
     from edgenlp.targets.costmodel import cost_table_sources, device_table_cache_path, host_table_path, reference_table_path
@@ -340,6 +340,7 @@ def test_cost_table_sources_follow_calibration_and_device_tables(tmp_path, monke
     host_table_path().parent.mkdir(parents=True)
     shutil.copy(reference_table_path(), host_table_path())  # this machine calibrated
     assert cost_table_sources(host_t) == [host_table_path()]
+    assert cost_table_sources(pixel) == [reference_table_path()]  # this machine's calibration never prices a device
     shutil.copy(reference_table_path(), device_table_cache_path("pixel-7"))  # pixel-7 measured over a transport
-    assert cost_table_sources(pixel) == [device_table_cache_path("pixel-7"), host_table_path()]
-    assert cost_table_sources(load_target("pixel-8")) == [host_table_path()]
+    assert cost_table_sources(pixel) == [device_table_cache_path("pixel-7")]
+    assert cost_table_sources(load_target("pixel-8")) == [reference_table_path()]

@@ -1,4 +1,4 @@
-"""Planner on a tiny model with a synthetic cost table: budgets respected, best accuracy chosen, impossible budgets explained."""
+"""Planner on a tiny model with a synthetic cost table: budgets respected, the objective met, impossible budgets explained."""
 
 from __future__ import annotations
 
@@ -27,10 +27,12 @@ def setup(synthetic_table):
     return host, CostModel(host, synthetic_table, host=host, runtime="onnx"), AccuracyModel(baseline=90.0)  # fp32 + int8 measured
 
 
-def test_plan_respects_budgets_and_picks_most_accurate(setup):
+def test_plan_respects_budgets_and_the_accuracy_objective_picks_most_accurate(setup):
+    """``objective="accuracy"`` with a prior of no spread between tasks (no ties): the most accurate candidate that fits."""
     host, cm, acc = setup
+    acc.tolerance = lambda bound=None: 0.0
     free = plan(host, Budgets(seq_len=64, threads=1), cost_model=cm, accuracy_model=acc, shape=BASE,
-                space=SearchSpace(bits=("fp32", "int8")))
+                space=SearchSpace(bits=("fp32", "int8")), objective="accuracy")
     assert free.chosen == Candidate()  # nothing to give up without budgets
     lat = [c.prediction.latency_ms for c in free.considered]
     sizes = [c.prediction.size_mb for c in free.considered]
@@ -38,7 +40,7 @@ def test_plan_respects_budgets_and_picks_most_accurate(setup):
     for frac in (0.8, 0.6, 0.45, 0.3):  # tighter and tighter latency and size
         b = Budgets(latency_ms=min(lat) + frac * (max(lat) - min(lat)), size_mb=min(sizes) + frac * (max(sizes) - min(sizes)),
                     memory_mb=1000.0, seq_len=64, threads=1)  # fmt: skip
-        p = plan(host, b, cost_model=cm, accuracy_model=acc, shape=BASE, space=SearchSpace(bits=("fp32", "int8")))
+        p = plan(host, b, cost_model=cm, accuracy_model=acc, shape=BASE, space=SearchSpace(bits=("fp32", "int8")), objective="accuracy")
         pred = p.chosen_point.prediction
         assert pred.latency_ms <= b.latency_ms and pred.size_mb <= b.size_mb and pred.peak_memory_mb <= b.memory_mb
         fitting = [c for c in p.considered if c.fits]

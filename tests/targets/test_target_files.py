@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,20 @@ def test_the_device_set_ships():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_target_validates(name):
+def test_target_validates(name, monkeypatch):
     t = load_target(name)
     assert t.name == name and Path(t.source).name == f"{name}.toml"
-    assert set(ISA_FLAGS[t.arch][0]) <= set(ISA_FLAGS[t.arch][0]) | set(t.isa)
+    # The file states every required flag (true or false), and the target read as written has exactly the flags set
+    # true there; `host` takes this machine's flags, which must be ones the architecture knows.
+    with open(t.source, "rb") as f:
+        stated = tomllib.load(f)["isa"]
+    required, optional = ISA_FLAGS[t.arch]
+    assert set(required) <= set(stated) <= set(required) | set(optional), sorted(stated)
+    monkeypatch.setenv("EDGENLP_HOST_AS_FILE", "1")
+    as_written = load_target(name)
+    assert set(as_written.isa) == {flag for flag, on in stated.items() if on}, (as_written.isa, stated)
+    assert set(t.isa) <= set(required) | set(optional), t.isa
+    monkeypatch.delenv("EDGENLP_HOST_AS_FILE")
     assert t.budgets.threads <= t.cores
     assert t.clusters == tuple(sorted(t.clusters, key=lambda c: -c.fp32_gflops_per_core))
     for c in t.clusters:  # int8 is never slower than fp32 per core on these cores
@@ -157,6 +168,11 @@ def test_host_target_describes_the_machine_it_runs_on(monkeypatch):
     assert uncalibrated.clusters[0].fp32_gflops_per_core == ref_rate  # no calibration here: the reference rates, and it says so
     assert "until `edgenlp targets calibrate host`" in uncalibrated.description
     assert {f"reference_{k}" for k, _ in reference.measured} <= set(uncalibrated.measured_dict)
+    # the reference's model name is not enough (a hypervisor masks the part): an AVX2-only "AMD EPYC" is another machine
+    masked = {**probe, "model": reference.clusters[0].core}
+    assert "until `edgenlp targets calibrate host`" in this_machine(reference, probe=masked, rates={}).description
+    same = this_machine(reference, probe={**masked, "isa": reference.isa}, rates={})
+    assert "same CPU model" in same.description and not any(k.startswith("reference_") for k in same.measured_dict)
     calibrated = this_machine(reference, probe=probe, rates={"fp32_gemm_gflops": 40.0})
     c = calibrated.clusters[0]
     assert c.fp32_gflops_per_core == 40.0

@@ -32,8 +32,9 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 ROOT = _HERE.parents[1]
-RESULTS = ROOT / "tools" / "bench" / "results"
 sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results  # noqa: E402
 
 log = logging.getLogger("bench.boards")
 
@@ -170,8 +171,8 @@ def main(argv=None) -> int:
 
     from edgenlp.boards import board_runtime, open_board
     from edgenlp.profile.api import ProfileConfig, profile
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
 
+    writer = Results(script="boards", threads=1)
     seq_lens = tuple(int(s) for s in args.seq_len.split(","))
     quants = [q.strip() for q in args.quant.split(",") if q.strip()]
     if args.bundle and quants != ["fp32"]:
@@ -195,15 +196,13 @@ def main(argv=None) -> int:
                                                       warmup=max(3, args.warmup)))  # fmt: skip
             variants[quant] = merge_host(board_docs, host_docs)
     seconds = time.perf_counter() - t0
-    env = environment()
+    env = writer.environment
     cfg = {"bundle": args.teacher or str(args.bundle), "task": args.task, "quant": quants, "cpus": args.cpus,
            "seq_lens": list(seq_lens), "runs": args.runs, "warmup": args.warmup, "host_runs": args.host_runs}  # fmt: skip
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out.with_suffix(".json"), {"config": cfg, "seconds": round(seconds, 1), "environment": env,
-                                                 "note": "qemu columns are emulation times, not device times",
-                                                 "profiles": variants[quants[0]] if len(quants) == 1 else None,
-                                                 "variants": variants})  # fmt: skip
+    doc = {"config": cfg, "seconds": round(seconds, 1), "environment": env,
+           "note": "qemu columns are emulation times, not device times",
+           "profiles": variants[quants[0]] if len(quants) == 1 else None, "variants": variants}
     if len(quants) == 1:
         text = markdown(variants[quants[0]], cfg, seconds, env)
     else:
@@ -212,8 +211,8 @@ def main(argv=None) -> int:
                           *comparison(variants)])
         for q in quants:
             text += "\n" + markdown(variants[q], cfg, seconds, env, title=f": {q}", level="##")
-    atomic_write_text(out.with_suffix(".md"), text)
-    print(json.dumps({"json": str(out.with_suffix(".json")), "md": str(out.with_suffix(".md")), "seconds": round(seconds, 1)}))
+    writer.write(out, doc, text)
+    print(json.dumps({"json": str(out) + ".json", "md": str(out) + ".md", "seconds": round(seconds, 1)}))
     return 0
 
 

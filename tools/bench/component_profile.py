@@ -9,6 +9,8 @@ Writes into ``tools/bench/results/``:
   profile.<model>.png      stacked shares of params / FLOPs / latency
 
 Results are written after each model, so a cut-short run keeps what it has.
+The timing is the profiler's (plain and profiled runs interleaved,
+:mod:`edgenlp.profile.timing`); the results go through tools/bench/harness.py.
 
     python tools/bench/component_profile.py                          # full plan
     python tools/bench/component_profile.py --models minilm-l6 --seq-len 32,128 --runs 10
@@ -24,9 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
 
 from edgenlp.cli.types import parse_int_list  # noqa: E402
+from tools.bench.harness import RESULTS, Results  # noqa: E402
 
 log = logging.getLogger("bench.profile")
 
@@ -54,13 +57,10 @@ def key_shares(docs: list[dict]) -> list[dict]:
     return out
 
 
-def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, float]) -> None:
+def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, float], writer: Results) -> None:
     from edgenlp.profile.report import markdown, plot
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment
 
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS / "profile.json", {"config": vars(args), "seconds": seconds, "environment": environment(),
-                                                 "profiles": all_docs})  # fmt: skip
+    doc = {"config": vars(args), "seconds": seconds, "environment": writer.environment, "profiles": all_docs}
     lines = [
         "# Per-component profile (tools/bench/component_profile.py)",
         "",
@@ -81,8 +81,8 @@ def write_results(all_docs: dict[str, list[dict]], args, seconds: dict[str, floa
                 k["ffn_flops_pct"], k["ffn_latency_pct"], k["attn_core_flops_pct"], k["attn_core_latency_pct"], k["unattributed_pct"],
             )) + " |")  # fmt: skip
         lines += ["", "### Tables", "", markdown(docs), ""]
-        plot(docs, RESULTS / f"profile.{model}.png")
-    atomic_write_text(RESULTS / "profile.md", "\n".join(lines) + "\n")
+        writer.figure(RESULTS / f"profile.{model}.png", lambda path, docs=docs: plot(docs, path))
+    writer.write(RESULTS / "profile", doc, "\n".join(lines))
 
 
 def main() -> int:
@@ -102,6 +102,7 @@ def main() -> int:
 
     from edgenlp.profile.api import ProfileConfig, profile
 
+    writer = Results(script="component_profile", threads=list(args.threads))
     config = ProfileConfig(
         seq_lens=args.seq_len, runtimes=tuple(args.runtimes.split(",")),
         threads=args.threads, runs=args.runs, warmup=args.warmup, per_layer=True,
@@ -119,7 +120,7 @@ def main() -> int:
         all_docs[model] = profile(model, config, workdir=workdir)
         seconds[model] = round(time.perf_counter() - t0, 1)
         log.info("%s done in %.0f s", model, seconds[model])
-        write_results(all_docs, args, seconds)
+        write_results(all_docs, args, seconds, writer)
     return 0
 
 

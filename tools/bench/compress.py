@@ -31,7 +31,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results  # noqa: E402
+
 log = logging.getLogger("bench.compress")
 
 
@@ -120,9 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "compress")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    sys.path.insert(0, str(ROOT))
     from edgenlp.errors import EdgeNLPError
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
+    from edgenlp.utils import isa_flags
 
     for spec in args.seed_run:
         key, _, src = spec.partition("=")
@@ -130,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         dst = args.workdir / task / target
         if not dst.exists() and Path(src, "compress.json").is_file():
             shutil.copytree(src, dst)
-    env = environment()
+    results = Results(script="compress")
+    env = results.environment
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env.get("cpu", {}).get("model", "?"),
               "isa": isa_flags(), "preset": args.preset, "max_drop": args.max_drop, "note": args.note, "rows": [], "failed": [],
               "environment": env}
@@ -154,10 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             if finetune_from is None:
                 finetune_from = run_dir / "finetune"
             result["rows"].append(row(task, target, doc))
-            atomic_write_json(args.out.with_suffix(".json"), result)
-            atomic_write_text(args.out.with_suffix(".md"), markdown(result))
-    atomic_write_json(args.out.with_suffix(".json"), result)
-    atomic_write_text(args.out.with_suffix(".md"), markdown(result))
+            results.write(args.out, result, markdown(result))
+    results.write(args.out, result, markdown(result))
     print(markdown(result))
     return 0
 

@@ -15,8 +15,9 @@ Steps, all in one run folder:
    (``quantize_dynamic``, per-channel weights), and ExecuTorch int8 through the
    stock XNNPACK flow (PT2E ``XNNPACKQuantizer``, dynamic per-channel, on the
    bundle's inference graph; ``runtime/tests/quant_programs.py``);
-3. the peers timed alternately in one process (``--runs`` rounds, median
-   each); X = fastest median / 3;
+3. the peers timed in interleaved rounds in one fresh process
+   (tools/bench/workers.py ``programs``; ``--runs`` rounds, median each);
+   X = fastest median / 3;
 4. ``compress`` on the ``host`` target with ``--latency-ms X``, size budget
    ``--size-fraction`` x the fp32 ``model.pte`` and ``--max-drop``;
 5. the compressed bundle timed again beside the peers (same process, same
@@ -33,71 +34,32 @@ import argparse
 import json
 import logging
 import shutil
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results, Timings, fresh_process  # noqa: E402
+
 log = logging.getLogger("bench.compress_headline")
 
 
-# -- timing worker (a fresh process: thread pools set before anything loads) ------------------------------------------
-
-def time_worker(spec: dict) -> dict:
-    """Median-able times (ms) of every program in ``spec['programs']``, run once each per round."""
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-
-    threads = int(spec["threads"])
-    _unsafe_reset_threadpool(threads)  # before any load_program (RUNTIME_NOTES: resetting later can crash)
-    import onnxruntime as ort
-    from executorch.runtime import Runtime
-
-    from edgenlp.export.graph import example_inputs
-    from edgenlp.run.executorch import register_quantized_kernels
-
-    register_quantized_kernels()
-    seq = int(spec["seq_len"])
-    calls = []
-    for prog in spec["programs"]:
-        ids, mask = example_inputs(seq, batch=1, vocab_size=int(prog["vocab_size"]))
-        if prog["runtime"] == "executorch":
-            method = Runtime.get().load_program(prog["path"]).load_method(prog["method"])
-            calls.append(lambda m=method, x=[ids, mask]: m.execute(x))
-        else:
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            so.inter_op_num_threads = 1
-            so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            sess = ort.InferenceSession(prog["path"], so, providers=["CPUExecutionProvider"])
-            feed = {"input_ids": ids.numpy(), "attention_mask": mask.numpy()}
-            calls.append(lambda s=sess, f=feed: s.run(None, f))
-    for _ in range(int(spec["warmup"])):
-        for c in calls:
-            c()
-    times: list[list[float]] = [[] for _ in calls]
-    for _ in range(int(spec["runs"])):
-        for i, c in enumerate(calls):
-            t0 = time.perf_counter()
-            c()
-            times[i].append((time.perf_counter() - t0) * 1e3)
-    return {"ms": times}
-
+# -- timing (a fresh process: thread pools set before anything loads) ------------------------------------------------
 
 def time_programs(programs: dict[str, dict], *, seq_len: int, threads: int, runs: int, warmup: int = 5) -> dict[str, dict]:
-    """Run :func:`time_worker` in a subprocess; returns name -> {median_ms, p10_ms, p90_ms, runs}."""
+    """Every program once per round, ``runs`` rounds, in one fresh process (workers.programs).
+
+    Returns name -> {median_ms, p10_ms, p90_ms, runs}.
+    """
     names = list(programs)
     spec = {"seq_len": seq_len, "threads": threads, "runs": runs, "warmup": warmup, "programs": [programs[n] for n in names]}
-    proc = subprocess.run([sys.executable, __file__, "--time-worker", json.dumps(spec)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError("timing worker failed: " + " | ".join(proc.stderr.strip().splitlines()[-5:]))
-    times = json.loads(proc.stdout.strip().splitlines()[-1])["ms"]
+    t = Timings.from_rounds(dict(zip(names, fresh_process("programs", spec, threads=threads)["ms"])))
     out = {}
-    for name, t in zip(names, times):
-        q = statistics.quantiles(t, n=10)
-        out[name] = {"median_ms": round(statistics.median(t), 3), "p10_ms": round(q[0], 3), "p90_ms": round(q[-1], 3), "runs": len(t)}
+    for name in names:
+        s = t.summary(name)
+        out[name] = {"median_ms": round(s["median"], 3), "p10_ms": round(s["p10"], 3), "p90_ms": round(s["p90"], 3), "runs": s["n"]}
     return out
 
 
@@ -210,7 +172,6 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--time-worker", help=argparse.SUPPRESS)
     p.add_argument("--model", default="minilm-l6")
     p.add_argument("--task", default="sst2")
     p.add_argument("--seq-len", type=int, default=128)
@@ -229,27 +190,24 @@ def main(argv: list[str] | None = None) -> int:
                    help="When compress finds no candidate, do not build the two ends of the trade-off.")
     p.add_argument("--out", type=Path, default=RESULTS / "compress-headline")
     args = p.parse_args(argv)
-    if args.time_worker:
-        print(json.dumps(time_worker(json.loads(args.time_worker))))
-        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from edgenlp.bundle import Bundle, pick_bucket
     from edgenlp.compress.config import CompressConfig
     from edgenlp.compress.pipeline import Compressor
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
+    from edgenlp.utils import isa_flags
 
     run_dir = args.workdir / "run"
     if args.finetune_from is not None and not (run_dir / "finetune").exists():
         run_dir.mkdir(parents=True, exist_ok=True)
         shutil.copytree(args.finetune_from, run_dir / "finetune")
-    env = environment()
+    results = Results(script="compress_headline", threads=args.threads)
+    env = results.environment
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env["cpu"].get("model", "?"), "isa": isa_flags(),
               "task": args.task, "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs, "max_drop": args.max_drop,
               "size_fraction": args.size_fraction, "note": args.note, "environment": env}
 
     def write() -> None:
-        atomic_write_json(args.out.with_suffix(".json"), result)
-        if "compress" in result:
-            atomic_write_text(args.out.with_suffix(".md"), markdown(result))
+        results.write(args.out, result, markdown(result) if "compress" in result else None)
 
     base_cfg = dict(model=args.model, task=args.task, target="host", seq_len=args.seq_len, threads=args.threads,
                     max_drop=args.max_drop, preset=args.preset, max_attempts=args.max_attempts)
@@ -298,9 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     if bundles:
         progs = {n: peers["programs"][n] for n in PEERS}
         for name, bundle in bundles.items():
-            manifest = json.loads((bundle / "manifest.json").read_text())
-            progs[name] = {"runtime": "executorch", "path": str(bundle / "model.pte"), "method": f"forward_{args.seq_len}",
-                           "vocab_size": int(manifest["model"]["shape"]["vocab_size"])}
+            b = Bundle.open(bundle)
+            progs[name] = {"runtime": "executorch", "path": str(b.artifact("pte")),
+                           "method": pick_bucket(b.pte_methods, args.seq_len).name,
+                           "vocab_size": int(b.manifest["model"]["shape"]["vocab_size"])}
         after = time_programs(progs, seq_len=args.seq_len, threads=args.threads, runs=args.runs)
         result["peers_after"] = {n: after[n] for n in PEERS}
         result["fastest_peer_ms_after"] = min(after[n]["median_ms"] for n in PEERS)

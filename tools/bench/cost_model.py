@@ -42,8 +42,9 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 ROOT = _HERE.parents[1]
-RESULTS = ROOT / "tools" / "bench" / "results"
 sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results  # noqa: E402
 
 log = logging.getLogger("bench.cost_model")
 
@@ -75,10 +76,7 @@ def stats(rows: list[dict], key: str) -> dict:
     return {"n": len(errs), "mean_rel_err_pct": round(100 * sum(errs) / len(errs), 1), "max_rel_err_pct": round(100 * max(errs), 1)}
 
 
-def write(result: dict, out: Path) -> None:
-    from edgenlp.utils import atomic_write_json, atomic_write_text
-
-    atomic_write_json(out.with_suffix(".json"), result)
+def write(result: dict, out: Path, writer: Results) -> None:
     env = result["environment"]
     lines = [
         "# Cost model: predicted vs measured latency on the host",
@@ -117,7 +115,7 @@ def write(result: dict, out: Path) -> None:
                      f"{','.join(map(str, r['ffn']))} | {r['predicted_ms']:.2f} | {meas:.2f} | {err:+.1f}% | {r['measured_min_ms']:.2f} | "
                      f"{r['measured_median_ms']:.2f} | {r['load_avg'][0]} |")  # fmt: skip
     lines += ["", f"Wall time {result['wall_s']:.0f} s. Goal: mean ≤ 15%, max ≤ 30%."]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    writer.write(out, result, "\n".join(lines))
 
 
 def summarize(result: dict) -> None:
@@ -131,11 +129,12 @@ def summarize(result: dict) -> None:
         result["summary_normalized"] = {k: stats(v, "measured_normalized_ms") for k, v in groups.items()}
 
 
-def repredict(args, table, models) -> None:
+def repredict(args, table, models, writer: Results) -> None:
     from edgenlp.models.encoder import EncoderShape
     from edgenlp.targets.calibrate import MINILM
 
-    result = json.loads(args.out.with_suffix(".json").read_text())
+    result = json.loads(args.out.with_name(args.out.name + ".json").read_text())
+    result.pop("host", None)
     seen = {(r["runtime"], r["precision"], tuple(r["heads"]), tuple(r["ffn"])) for r in result["variants"]}
     for extra in args.also:
         for r in json.loads(extra.read_text())["variants"]:
@@ -150,7 +149,7 @@ def repredict(args, table, models) -> None:
         r["predicted_components_ms"] = {k: round(v, 3) for k, v in pred.components_ms.items()}
     result.update(table_observations=len(table.observations), table_measured=table.notes.get("measured", []))
     summarize(result)
-    write(result, args.out)
+    write(result, args.out, writer)
     log.info("summary (load-normalized): %s", json.dumps(result.get("summary_normalized")))
 
 
@@ -180,24 +179,23 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     from edgenlp.errors import EdgeNLPError
-    from edgenlp.profile.measure import median
     from edgenlp.targets.costmodel import Prediction
     from edgenlp.targets.calibrate import grid_shapes, measure_shape, reference_ms
     from edgenlp.targets.costmodel import CostModel, host_table_path, load_host_table
     from edgenlp.targets.target import load_target
-    from edgenlp.utils import environment
 
+    writer = Results(script="cost_model", threads=args.threads)
     table = load_host_table(args.table)
     host = load_target("host")
     models = {rt: CostModel(host, table, host=host, runtime=rt) for rt in ("onnx", "executorch")}
     if args.repredict:
-        repredict(args, table, models)
+        repredict(args, table, models, writer)
         return
     start = time.time()
     result = {
         "schema": "edgenlp.bench.cost_model/1", "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs,
         "table": str(args.table or host_table_path(table.key)), "table_observations": len(table.observations),
-        "table_measured": table.notes.get("measured", []), "environment": environment(),
+        "table_measured": table.notes.get("measured", []), "environment": writer.environment,
         "load_avg_start": [round(x, 2) for x in os.getloadavg()], "reference": [], "variants": [],
     }  # fmt: skip
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
@@ -254,12 +252,11 @@ def main() -> None:
             result["summary_median"] = {k: stats(v, "measured_median_ms") for k, v in groups.items()}
             result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
             result["wall_s"] = time.time() - start
-            write(result, args.out)
+            write(result, args.out, writer)
         reference("after", workdir)
         result["wall_s"] = time.time() - start
-        write(result, args.out)
+        write(result, args.out, writer)
     log.info("summary: %s", json.dumps(result["summary"]))
-    del median
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # a bench script must not shadow the stdlib
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
@@ -36,16 +35,11 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 
 ROOT = _HERE.parents[1]
-RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results  # noqa: E402
+
 log = logging.getLogger("bench.ffn_multiple")
-
-
-def _prune_bench():
-    """``tools/bench/prune.py`` as a module (its interleaved latency measurement is reused)."""
-    spec = importlib.util.spec_from_file_location("bench_prune", _HERE / "prune.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def edgenlp(*args, threads: int) -> None:
@@ -80,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
+    from edgenlp.utils import isa_flags
+    from tools.bench.prune import measure  # the interleaved ExecuTorch latency of prune.py
 
+    writer = Results(script="ffn_multiple", threads=1)
     t0 = time.perf_counter()
     wd = args.workdir
     wd.mkdir(parents=True, exist_ok=True)
@@ -114,12 +110,11 @@ def main(argv: list[str] | None = None) -> int:
                          "pte_mb": round((q / "model.pte").stat().st_size / 1e6, 2), "bundle": str(q)})
             bundles[name] = q
     teacher_acc = accuracy(base, args.task, threads=args.threads)
-    lat = _prune_bench().measure(bundles, iters=args.iters, rounds=args.rounds)
-    results = {"isa": isa_flags(), "environment": environment(), "note": args.note, "task": args.task,
+    lat = measure(bundles, iters=args.iters, rounds=args.rounds)
+    results = {"isa": isa_flags(), "environment": writer.environment, "note": args.note, "task": args.task,
                "scheme": args.scheme, "teacher": str(args.teacher), "teacher_dev": teacher_acc, "rows": rows,
                "latency": lat, "wall_min": round((time.perf_counter() - t0) / 60, 1)}
-    atomic_write_json(args.out.with_suffix(".json"), results)
-    atomic_write_text(args.out.with_suffix(".md"), render(results))
+    writer.write(args.out, results, render(results))
     log.info("wrote %s (%.1f min)", args.out.with_suffix(".md"), results["wall_min"])
     return 0
 

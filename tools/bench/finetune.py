@@ -11,13 +11,22 @@ count and sequence length. The protocol, per task and method:
 
 Runs go in priority order (seed 0 at the defaults, then the sweep, then the
 other seeds), so a run cut short by ``--budget-min`` still answers the main
-comparison. ``--step-timing N`` times N interleaved steps per method in one
-process instead. Writes ``<out>.json`` (all reports) and ``<out>.md``,
-updated after every run.
+comparison. The runs of a phase are independent tasks on :mod:`edgenlp.executor`:
+one after another by default, ``--workers N`` at once on this machine, or
+spread over a Ray cluster with ``--ray ADDRESS`` (each run asks for
+``--threads`` CPUs; the reports come back to this process, which writes the
+results). ``--step-timing N`` times N interleaved steps per method in one
+process instead: the library's own step (``edgenlp.finetune.trainer.train_step``:
+gradient clipping, AdamW from ``build_optimizer`` over the method's parameter
+groups), written to ``<out>-steps.json``/``.md`` with a ``torch.profiler``
+breakdown of one Learner step. Writes ``<out>.json`` (all reports) and
+``<out>.md``, updated after every run; ``--report-only`` without ``--workdir``
+rebuilds them from the runs stored in ``<out>.json``.
 
     # the full protocol (3 body x 3 head lrs spanning 10x, 3 seeds, every method; best on a CUDA machine)
     python tools/bench/finetune.py --sweep-lr 2e-5 5e-5 2e-4 --sweep-head-lr 5e-4 2e-3 5e-3 --seeds 0 1 2 --device cuda
     python tools/bench/finetune.py --step-timing 50                           # interleaved step times
+    python tools/bench/finetune.py --ray 10.0.0.5:6379 --seeds 0 1 2 --device cuda   # the runs spread over a cluster
     python tools/bench/finetune.py --only full learner --sweep-head-lr default 5e-4 5e-3 --sweep-only full \
         --sweep-tasks banking77 --seeds 0 1 2 --budget-min 55 --workdir /tmp/ftb   # rerun reuses finished runs
 """
@@ -33,15 +42,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-log = logging.getLogger("bench.finetune")
-
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "tools" / "bench" / "results"
+sys.path.insert(0, str(ROOT))
+
+from edgenlp.executor import Task, open_executor, successful_values  # noqa: E402
+from tools.bench.harness import RESULTS, Results, interleave, median, run_rounds  # noqa: E402
+
+log = logging.getLogger("bench.finetune")
 
 # name -> (method, extra CLI args); the priming share is set per run from --priming-epochs.
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -82,7 +92,7 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
     cmd = [sys.executable, "-m", "edgenlp.cli", "finetune", args.model, "--task", args.task_dirs.get(task, task),
            "--method", method, *extra, *task_args, *epochs, "--batch-size", str(args.batch_size),
            "--max-seq-len", str(args.max_seq_len), "--seed", str(seed), "--threads", str(args.threads),
-           "--device", args.device, "--out", str(out), "--json", str(report), "--quiet"]
+           "--device", args.device, "--out", str(out), "--json-out", str(report), "--quiet"]
     if args.no_early_stop:
         cmd.append("--no-early-stop")
     if args.data_dir:
@@ -102,75 +112,188 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
     return data
 
 
-def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
-    """Optimizer-step time per method, steps taken round-robin in one process on the same batches.
+def attempt(task: str, variant: str, seed: int, setting: tuple[str, str], args, workdir: str, deadline: float | None,
+            default: tuple[str, str]) -> dict:
+    """One run as an executor task: ``{"skipped": name}`` when it starts after ``deadline`` (a Unix time) or, with
+    ``--report-only``, has no finished report; else ``{"run": report}``."""
+    tag = "" if setting == default else f"-lr{setting[0]}-head{setting[1]}"
+    finished = Path(workdir) / f"{task}-{variant}{tag}-{seed}.json"
+    if (deadline is not None and time.time() > deadline) or (args.report_only and not finished.exists()):
+        return {"skipped": f"{task}/{variant}/{setting_name(setting)}/seed {seed}"}
+    return {"run": run_one(task, variant, seed, args, Path(workdir), setting)}
 
-    On a machine shared with other jobs, separate runs see different load; here
-    each method's k-th step runs right after the others' k-th step, so load
-    hits all methods alike and the ratios hold even when the seconds do not.
-    Learner and FAR are timed in their steady phase (after priming), with the
-    default parameter groups (head at its own rate). Reports median, mean,
-    std, p10/p90 per method, and the median of the per-step ratios to full.
+
+STEP = ("edgenlp.finetune.trainer.train_step: forward, cross-entropy, backward, clip_grad_norm_ of the optimizer's "
+        "parameters (max_grad_norm), AdamW from build_optimizer over the method phase's parameter groups, zero_grad")
+
+
+def step_setups(args, *, task: str, methods) -> tuple[dict, object, str]:
+    """Per method: ``(model, optimizer, config)`` in its steady phase, the encoded training rows, the device.
+
+    Each method is built as :func:`edgenlp.finetune.trainer.finetune` builds it:
+    the method's phases from :data:`METHOD_TYPES`, the steady (last) phase
+    entered (Learner and FAR after priming: FAR reconfigures from an untrained
+    delta, same shapes), the optimizer from ``build_optimizer`` over that
+    phase's parameter groups (decay / no-decay, the head at its own rate).
     """
     import torch
 
     from edgenlp.data.tasks import load_task
-    from edgenlp.finetune.config import FarConfig, FinetuneConfig, LearnerConfig
+    from edgenlp.finetune.config import FinetuneConfig, LearnerConfig
     from edgenlp.finetune.methods import METHOD_TYPES
-    from edgenlp.finetune.trainer import collate, encode_split, load_tokenizer
+    from edgenlp.finetune.trainer import build_optimizer, count_trainable, encode_split, load_tokenizer
     from edgenlp.models.registry import load_model
     from edgenlp.utils import resolve_device
 
     device = resolve_device(args.device)
     torch.set_num_threads(args.threads)
+    torch.manual_seed(0)  # dropout
     data = load_task(args.task_dirs.get(task, task), data_dir=args.data_dir)
     split = data.train.sample(8000, seed=0)
-    configs = {"full": FinetuneConfig(method="full"), "learner": FinetuneConfig(method="learner", learner=LearnerConfig(priming_steps=1)),
-               "far": FinetuneConfig(method="far", far=FarConfig()), "bitfit": FinetuneConfig(method="bitfit"),
-               "freeze-ffn": FinetuneConfig(method="freeze-ffn")}
-    configs = {n: c for n, c in configs.items() if n in args.timing_methods}
-    runners = {}
-    enc = None
-    for name, cfg in configs.items():
+    setups, enc = {}, None
+    for name in methods:
+        method_name, _ = VARIANTS[name]
+        extra = {"learner": LearnerConfig(priming_steps=1)} if method_name == "learner" else {}
+        cfg = FinetuneConfig(method=method_name, batch_size=args.batch_size, max_seq_len=args.max_seq_len, threads=args.threads,
+                             **extra)
         model, info = load_model(args.model, labels=data.labels, seed=0)
         if enc is None:
             enc = encode_split(load_tokenizer(info), split, data.labels, max_len=args.max_seq_len)
         model.to(device)
         method = METHOD_TYPES[cfg.method](model, cfg, total_steps=100, steps_per_epoch=50)
-        groups = method.phases()[-1].enter()  # steady phase (FAR reconfigures from an untrained delta: same shapes)
-        model.to(device)
-        runners[name] = (model, torch.optim.AdamW(groups))
+        groups = method.phases()[-1].enter()
+        model.to(device)  # modules a phase adds (Learners) start on the CPU
+        optimizer = build_optimizer(groups, None)
         model.train()
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+        setups[name] = (model, optimizer, cfg, count_trainable(groups))
+    return setups, enc, device
+
+
+def interleaved_step_times(args, *, steps: int, task: str = "sst2") -> dict:
+    """The library's training step (:data:`STEP`) per method, round-robin in one process on the same batches.
+
+    On a machine shared with other jobs, separate runs see different load; here
+    each method's k-th step runs right after the others' k-th step (the order
+    flips every step), so load hits all methods alike and the ratios hold even
+    when the seconds do not. Learner and FAR are timed in their steady phase
+    (after priming). Reports median, mean, std, p10/p90 per method, and the
+    median (p10–p90) of the per-step ratios to full.
+    """
+    import torch
+    from torch import nn
+
+    from edgenlp.finetune.trainer import collate, train_step
+
+    setups, enc, device = step_setups(args, task=task, methods=args.timing_methods)
+    sync = torch.cuda.synchronize if device == "cuda" else None
     g = torch.Generator().manual_seed(0)
     perm = torch.randperm(len(enc), generator=g).tolist()
     warm = 3  # first steps allocate optimizer state
-    times: dict[str, list[float]] = {n: [] for n in runners}
-    for k in range(steps + warm):
+    loss_fn = nn.CrossEntropyLoss()
+    current: dict = {}
+
+    def use_batch(k: int) -> None:
         index = perm[(k * args.batch_size) % len(perm):][: args.batch_size]
-        ids, mask, labels = (t.to(device) for t in collate(enc, index, pad_id=0))
-        for name, (model, opt) in runners.items():
-            sync()
-            t0 = time.perf_counter()
-            torch.nn.functional.cross_entropy(model(ids, mask), labels).backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            sync()
-            if k >= warm:
-                times[name].append(time.perf_counter() - t0)
+        current["batch"] = tuple(t.to(device) for t in collate(enc, index, pad_id=0))
 
-    def q(xs, f):
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    calls = {name: (lambda m=m, o=o, c=c: train_step(m, o, current["batch"], loss_fn=loss_fn, max_grad_norm=c.max_grad_norm))
+             for name, (m, o, c, _) in setups.items()}
+    run_rounds(calls, rounds=warm, before_round=use_batch)
+    t = interleave(calls, rounds=steps, sync=sync, scale=1.0, unit="s", before_round=lambda k: use_batch(warm + k))
+    base = "full" if "full" in calls else next(iter(calls))
+    out = {}
+    for n in calls:
+        sm, r = t.summary(n), t.ratio_summary(n, base)
+        out[n] = {"median_s": sm["median"], "mean_s": sm["mean"], "std_s": sm["std"], "p10_s": sm["p10"], "p90_s": sm["p90"],
+                  "steps": sm["n"], f"vs_{base}": r["median"], f"vs_{base}_p10": r["p10"], f"vs_{base}_p90": r["p90"],
+                  "trainable_params": setups[n][3]}
+    log.info("interleaved step times: %s", {n: round(v[f"vs_{base}"], 3) for n, v in out.items()})
+    doc = {"device": device, "task": task, "step": STEP, "warmup_steps": warm, "baseline": base, "methods": out}
+    if "learner" in setups:
+        use_batch(warm + steps)
+        m, o, c, _ = setups["learner"]
+        doc["learner_profile"] = learner_step_profile(m, o, current["batch"], max_grad_norm=c.max_grad_norm,
+                                                      reference=setups.get(base))
+    return doc
 
-    out = {n: {"median_s": statistics.median(t), "mean_s": statistics.mean(t), "std_s": statistics.stdev(t),
-               "p10_s": q(t, 0.1), "p90_s": q(t, 0.9), "steps": len(t)} for n, t in times.items()}
-    for n in out:
-        ratios = [a / b for a, b in zip(times[n], times["full"])]
-        out[n]["vs_full"] = statistics.median(ratios)
-        out[n]["vs_full_p10"], out[n]["vs_full_p90"] = q(ratios, 0.1), q(ratios, 0.9)
-    log.info("interleaved step times: %s", {n: round(v["vs_full"], 3) for n, v in out.items()})
-    return {"device": device, "task": task, "methods": out}
+
+# Where a training step's time goes: top-level profiler events grouped by what they compute.
+PROFILE_GROUPS = {
+    "forward: base linears": "the encoder's own linears in the forward (aten::linear; frozen under a Learner)",
+    "forward: Learner factors": "x @ P1 and (x P1) @ P2 in the forward (aten::matmul)",
+    "forward: attention, norms, activations, embeddings, loss": "every other forward op",
+    "backward: base linears": "AddmmBackward0: with frozen weights (Learner) only the gradient to the layer's input; "
+                              "with trained weights (full) that and the weight gradient",
+    "backward: Learner factors": "MmBackward0: gradients of P1, P2 and of their inputs",
+    "backward: attention, norms, activations, embeddings": "every other backward node (bmm, softmax, layer norm, GELU, "
+                                                           "dropout, views, gradient accumulation)",
+    "gradient clipping": "clip_grad_norm_ over the optimizer's parameters",
+    "optimizer": "AdamW step and zero_grad",
+    "other": "the loss read back",
+}
+BASE_BACKWARD = ("backward: base linears", "backward: attention, norms, activations, embeddings")
+LEARNER_PARTS = ("forward: Learner factors", "backward: Learner factors")
+
+
+def learner_step_profile(model, optimizer, batch, *, max_grad_norm: float, reference=None) -> dict:
+    """One Learner step under ``torch.profiler``, median of 3: ms per :data:`PROFILE_GROUPS` group.
+
+    ``frozen_base_backward_ms`` sums the backward through the frozen encoder
+    to the activations (the base linears' input gradients and every other
+    backward node); ``learner_parts_ms`` the Learner factors' forward and
+    backward. With ``reference`` (the full method's setup) the full step is
+    profiled on the same batch, so the saving shows where it comes from.
+    Profiler times carry its overhead; shares are what to read.
+    """
+    groups = _profile_step(model, optimizer, batch, max_grad_norm=max_grad_norm)
+    out = {"groups_ms": groups, "groups": PROFILE_GROUPS,
+           "frozen_base_backward_ms": round(sum(groups[g] for g in BASE_BACKWARD), 2),
+           "learner_parts_ms": round(sum(groups[g] for g in LEARNER_PARTS), 2)}
+    if reference is not None:
+        out["full_groups_ms"] = _profile_step(reference[0], reference[1], batch, max_grad_norm=reference[2].max_grad_norm)
+    return out
+
+
+def _profile_step(model, optimizer, batch, *, max_grad_norm: float, repeats: int = 3) -> dict[str, float]:
+    """Median over ``repeats`` profiled steps of the milliseconds per group (CPU time of top-level events)."""
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    from edgenlp.finetune.trainer import train_step
+
+    per: list[dict[str, float]] = []
+    for _ in range(repeats):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_step(model, optimizer, batch, loss_fn=nn.CrossEntropyLoss(), max_grad_norm=max_grad_norm)
+        per.append(group_events(prof.events()))
+    return {k: round(median([p.get(k, 0.0) for p in per]), 2) for k in [*PROFILE_GROUPS, "total"]}
+
+
+def group_events(events) -> dict[str, float]:
+    """Milliseconds per :data:`PROFILE_GROUPS` group of one profiled step (top-level events only: nothing counts twice)."""
+    top = sorted((e for e in events if e.cpu_parent is None), key=lambda e: e.time_range.start)
+    bwd = [i for i, e in enumerate(top) if e.name.startswith("autograd::engine::evaluate_function")]
+    first_bwd, last_bwd = (bwd[0], bwd[-1]) if bwd else (len(top), len(top))
+    opt = [i for i, e in enumerate(top) if e.name.startswith("Optimizer.")]
+    first_opt = opt[0] if opt else len(top)
+    out = dict.fromkeys([*PROFILE_GROUPS, "total"], 0.0)
+    for i, e in enumerate(top):
+        if i < first_bwd:
+            group = ("forward: base linears" if e.name == "aten::linear" else "forward: Learner factors" if e.name == "aten::matmul"
+                     else "forward: attention, norms, activations, embeddings, loss")
+        elif i <= last_bwd:
+            node = e.name.rsplit(":", 1)[-1].strip()
+            group = ("backward: base linears" if node.startswith("AddmmBackward") else "backward: Learner factors"
+                     if node.startswith("MmBackward") else "backward: attention, norms, activations, embeddings")
+        elif e.name.startswith("Optimizer."):
+            group = "optimizer"
+        elif i < first_opt:
+            group = "gradient clipping"
+        else:
+            group = "other"
+        out[group] += e.cpu_time_total / 1e3
+        out["total"] += e.cpu_time_total / 1e3
+    return out
 
 
 def _phase(report: dict, name: str) -> dict | None:
@@ -312,18 +435,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
             pick = "yes" if best[(r["task"], r["variant"])] is r else ""
             lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {used} | {a0:.2f} | {pick} |")
     if steps:
-        m = steps["methods"]
-        lines += ["", f"## Step time, interleaved in one process ({m['full']['steps']} steps each after 3 warm-up, "
-                  f"{steps['threads']} threads, batch {steps['batch_size']}, max_seq_len {steps['max_seq_len']}, "
-                  f"{steps.get('task', 'sst2')} batches, device {steps.get('device', 'cpu')})", "",
-                  f"Measured on: {steps.get('environment', {}).get('cpu', {}).get('model', '?')}, ISA flags "
-                  f"{steps.get('isa', '?')} (the ratios hold across hosts better than the seconds).", "",
-                  "| method (steady phase) | median step s | mean ± std s | p10–p90 s | vs full (median of per-step ratios, p10–p90) |",
-                  "|---|---|---|---|---|"]
-        for n, v in m.items():
-            spread = (f"{v['mean_s']:.3f} ± {v['std_s']:.3f} | {v['p10_s']:.3f}–{v['p90_s']:.3f}" if "std_s" in v else "– | –")
-            vs = f"{100 * v['vs_full']:.0f}%" + (f" ({100 * v['vs_full_p10']:.0f}–{100 * v['vs_full_p90']:.0f}%)" if "vs_full_p10" in v else "")
-            lines.append(f"| {n} | {v['median_s']:.3f} | {spread} | {vs} |")
+        lines += [""] + step_lines(steps)
     lines += ["", "## Targets (against the full fine-tuning row; tuned when its rates were swept)", ""] + [f"- {t}" for t in targets(rows, steps)]
     if skipped:
         lines += ["", "## Not run", "", "Left out for time (budget or --report-only): " + ", ".join(skipped) + "."]
@@ -333,6 +445,53 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         for task, rk in ranks.items():
             lines.append(f"- {task}: " + ", ".join(f"{k}={v}" for k, v in rk.items()))
     return "\n".join(lines) + "\n"
+
+
+def step_lines(steps: dict, *, profile: bool = False) -> list[str]:
+    """The step-time table of a ``-steps.json`` document (and, with ``profile``, where the Learner step goes)."""
+    m = steps["methods"]
+    base = steps.get("baseline", "full")
+    n = next(iter(m.values()))["steps"]
+    step = steps.get("step", "an older, hand-written step (no gradient clipping, a plain AdamW)")
+    load = steps.get("host", {})
+    lines = [f"## Step time, interleaved in one process ({n} steps each after {steps.get('warmup_steps', 3)} warm-up, "
+             f"{steps['threads']} threads, batch {steps['batch_size']}, max_seq_len {steps['max_seq_len']}, "
+             f"{steps.get('task', 'sst2')} batches, device {steps.get('device', 'cpu')})", "",
+             f"Measured on: {steps.get('environment', {}).get('cpu', {}).get('model', '?')}, ISA flags "
+             f"{steps.get('isa', '?')} (the ratios hold across hosts better than the seconds)"
+             + (f"; load average (1 min) {load['load_avg_before'][0]} before, {load['load_avg_after'][0]} after"
+                if load.get("load_avg_before") else "") + ".", "",
+             f"The step timed: {step}. Each method's k-th step runs right after the others' k-th step on the same batch, "
+             "the order flipping every step; ratios are per step against the baseline's step of the same round.", "",
+             f"| method (steady phase) | median step s | mean ± std s | p10–p90 s | vs {base} (median of per-step ratios, p10–p90) |",
+             "|---|---|---|---|---|"]
+    for name, v in m.items():
+        spread = (f"{v['mean_s']:.3f} ± {v['std_s']:.3f} | {v['p10_s']:.3f}–{v['p90_s']:.3f}" if "std_s" in v else "– | –")
+        vs = f"{100 * v[f'vs_{base}']:.0f}%" + (f" ({100 * v[f'vs_{base}_p10']:.0f}–{100 * v[f'vs_{base}_p90']:.0f}%)"
+                                               if f"vs_{base}_p10" in v else "")
+        lines.append(f"| {name} | {v['median_s']:.3f} | {spread} | {vs} |")
+    prof = steps.get("learner_profile")
+    if profile and prof:
+        g, full = prof["groups_ms"], prof.get("full_groups_ms") or {}
+        lines += ["", "## Where the Learner step goes (torch.profiler, one step, median of 3, same batch as full)", "",
+                  "Top-level profiler events grouped by what they compute (profiler times carry its overhead; read "
+                  "the shares).", "", "| part | Learner ms | share | full ms | share | what |", "|---|---:|---:|---:|---:|---|"]
+        for key, what in prof["groups"].items():
+            fs = f"{full[key]:.1f} | {100 * full[key] / full['total']:.0f}%" if full else "– | –"
+            lines.append(f"| {key} | {g[key]:.1f} | {100 * g[key] / g['total']:.0f}% | {fs} | {what} |")
+        lines.append(f"| total | {g['total']:.1f} | 100% | " + (f"{full['total']:.1f} | 100%" if full else "– | –") + " | |")
+        fb, lp = prof["frozen_base_backward_ms"], prof["learner_parts_ms"]
+        biggest = max((k for k in prof["groups"]), key=lambda k: g[k])
+        lines += ["", f"The frozen base's backward to the activations (base linears' input gradients and every other backward "
+                  f"node) takes {fb:.1f} ms, {100 * fb / g['total']:.0f}% of the Learner step; the Learner factors, forward "
+                  f"and backward, take {lp:.1f} ms ({100 * lp / g['total']:.0f}%). The largest single part is "
+                  f"\"{biggest}\" ({100 * g[biggest] / g['total']:.0f}%)."]
+        if full:
+            lines[-1] += (f" Against full fine-tuning the Learner saves the weight gradients of the base linears "
+                          f"(backward: base linears {full['backward: base linears']:.1f} → "
+                          f"{g['backward: base linears']:.1f} ms) and most of the optimizer "
+                          f"({full['optimizer']:.1f} → {g['optimizer']:.1f} ms), and pays for the factors.")
+    return lines
 
 
 def _sweep_text(meta: dict) -> str:
@@ -346,6 +505,23 @@ def _sweep_text(meta: dict) -> str:
         how = f"body lr {', '.join(sw.get('lr', []))} x head lr {', '.join(sw.get('head_lr', []))}"
     return (f"Sweep ({who}, seed {meta['seeds'][0]}): {how}; the best seed-{meta['seeds'][0]} dev accuracy picks the "
             f"setting that then runs seeds {', '.join(map(str, meta['seeds'][1:])) or '(none)'}.")
+
+
+def rebuild(args, results: Results) -> int:
+    """Rewrite ``<out>.json``/``.md`` from the runs stored in ``<out>.json`` and the current ``<out>-steps.json``."""
+    out = Path(args.out)
+    stored = out.with_name(out.name + ".json")
+    if not stored.is_file():
+        log.error("--report-only without --workdir rebuilds %s, which does not exist", stored)
+        return 2
+    doc = json.loads(stored.read_text())
+    steps_file = Path(args.out + "-steps.json")
+    steps = json.loads(steps_file.read_text()) if steps_file.exists() else None
+    runs, meta, skipped = doc["runs"], doc["meta"], doc.get("skipped", [])
+    rows = summarize(runs)
+    results.write(out, {"meta": meta, "rows": rows, "targets": targets(rows, steps), "step_timing": steps, "skipped": skipped,
+                        "runs": runs}, markdown(rows, meta, steps, skipped=skipped))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,21 +546,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--jobs", type=int, default=1,
-                   help="Runs at once (each its own process with --threads threads; on 2 cores, --jobs 2 --threads 1 "
-                        "trains two runs side by side). Step timing is never run in parallel.")
+    p.add_argument("--workers", type=int, default=None,
+                   help="Runs at once on this machine (each its own process with --threads threads; on 2 cores, "
+                        "--workers 2 --threads 1 trains two runs side by side). Step timing is never run in parallel.")
+    p.add_argument("--jobs", type=int, default=None, help=argparse.SUPPRESS)  # the old spelling of --workers
+    p.add_argument("--ray", default=None, metavar="auto|HOST:PORT",
+                   help="Spread the runs over a Ray cluster (pip install 'edgenlp[ray]'); each asks for --threads CPUs.")
     p.add_argument("--device", default="cpu", help="auto | cpu | cuda for training runs and step timing.")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--budget-min", type=float, default=None, help="Skip runs not started within this many minutes.")
     p.add_argument("--workdir", default=None, help="Keep per-run reports here; reports already there are reused.")
     p.add_argument("--note", default=None, help="A sentence added under the table header (e.g. machine load).")
-    p.add_argument("--report-only", action="store_true", help="Only rebuild the table from reports in --workdir.")
+    p.add_argument("--report-only", action="store_true",
+                   help="Only rebuild the table from reports in --workdir (without --workdir: from the runs stored in "
+                        "<out>.json, with the step times of <out>-steps.json).")
     p.add_argument("--step-timing", type=int, default=0, metavar="STEPS",
                    help="Only time STEPS interleaved steps per method in one process (writes <out>-steps.json).")
     p.add_argument("--timing-task", default="sst2", help="Task whose batches the step timing uses.")
     p.add_argument("--timing-methods", nargs="+", default=["full", "learner", "far", "bitfit", "freeze-ffn"])
     p.add_argument("--out", default=str(RESULTS / "finetune"), help="Results path without extension.")
     args = p.parse_args(argv)
+    if args.jobs is not None:
+        print("warning: --jobs is deprecated and goes away in the next release; use --workers", file=sys.stderr)
+        args.workers = args.workers or args.jobs
+    args.workers = 1 if args.workers is None else args.workers
+    from edgenlp.executor import ExecutorConfig
+
+    try:
+        executor = ExecutorConfig(workers=args.workers, ray=args.ray, cpus_per_task=args.threads)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.epochs != "auto" and not (args.epochs.isdigit() and int(args.epochs) >= 1):
         p.error(f"--epochs must be a positive integer or 'auto', got {args.epochs!r}")
     try:
@@ -392,18 +583,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         p.error("--task-dir takes NAME=DIR")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
+    from edgenlp.utils import isa_flags
 
-    env = environment()
+    results = Results(script="finetune", threads=args.threads)
+    env = results.environment
     if args.step_timing:
         if args.step_timing < 50:
             log.warning("%d steps: the issue asks for at least 50", args.step_timing)
         result = {"threads": args.threads, "batch_size": args.batch_size, "max_seq_len": args.max_seq_len,
                   **interleaved_step_times(args, steps=args.step_timing, task=args.timing_task), "isa": isa_flags(), "environment": env}
-        atomic_write_json(Path(args.out + "-steps.json"), result)
+        md = ["# Fine-tuning step time per method (tools/bench/finetune.py --step-timing)", "",
+              *step_lines({**result, "host": results.host()}, profile=True)]
+        results.write(args.out + "-steps", result, "\n".join(md))
         return 0
+    if args.report_only and not args.workdir:
+        return rebuild(args, results)
     meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
-            "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.jobs, "seeds": args.seeds, "note": args.note,
+            "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.workers, "seeds": args.seeds, "note": args.note,
             "device": args.device, "task_dirs": args.task_dirs, "train_limit": args.train_limit, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}
@@ -433,38 +629,35 @@ def main(argv: list[str] | None = None) -> int:
     def write() -> None:
         rows = summarize(runs)
         slim = [{k: v for k, v in r.items() if k != "environment"} for r in runs]
-        atomic_write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows, "targets": targets(rows, steps),
-                                                    "step_timing": steps, "skipped": skipped, "runs": slim})
-        atomic_write_text(out.with_suffix(".md"), markdown(rows, meta, steps, skipped=skipped))
+        results.write(out, {"meta": meta, "rows": rows, "targets": targets(rows, steps), "step_timing": steps,
+                            "skipped": skipped, "runs": slim}, markdown(rows, meta, steps, skipped=skipped))
 
-    with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp:
-        lock = threading.Lock()
+    deadline = None if args.budget_min is None else time.time() + args.budget_min * 60
+    with (contextlib.nullcontext(args.workdir) if args.workdir else tempfile.TemporaryDirectory(prefix="bench-finetune-")) as tmp, \
+            open_executor(executor) as ex:
+        meta["executor"] = ex.describe()
 
-        def attempt(task, variant, seed, setting) -> None:
-            tag = "" if setting == default else f"-lr{setting[0]}-head{setting[1]}"
-            finished = Path(tmp) / f"{task}-{variant}{tag}-{seed}.json"
-            over = args.budget_min is not None and time.perf_counter() - start > args.budget_min * 60
-            if over or (args.report_only and not finished.exists()):
-                with lock:
-                    skipped.append(f"{task}/{variant}/{setting_name(setting)}/seed {seed}")
+        def collect(outcome, done: int, total: int) -> None:
+            """On this process, as each run finishes: keep its report, rewrite the results."""
+            if not outcome.ok:
                 return
-            r = run_one(task, variant, seed, args, Path(tmp), setting)
-            with lock:
-                runs.append(r)
-                meta.setdefault("rows", {})[task] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
-                log.info("%s/%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", task, variant, setting_name(setting), seed,
-                         r["dev"]["accuracy"], statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
-                write()
+            if "skipped" in outcome.value:
+                skipped.append(outcome.value["skipped"])
+                return
+            r = outcome.value["run"]
+            runs.append(r)
+            b = r["bench"]
+            meta.setdefault("rows", {})[b["task"]] = f"train {r['task']['train_rows_used']}, dev {r['task']['dev_rows']}"
+            log.info("%d/%d %s/%s/%s/%d: acc %.4f, %.1fs/epoch, rss %.0f MiB", done, total, b["task"], b["variant"],
+                     b["setting"], b["seed"], r["dev"]["accuracy"], statistics.mean(r["wall_s_per_epoch"]), r["peak_rss_mb"])
+            write()
 
         def run_all(todo: list[tuple]) -> None:
-            """Run a phase's attempts, --jobs at a time, in the listed (priority) order."""
-            if args.jobs <= 1:
-                for t in todo:
-                    attempt(*t)
-                return
-            with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                for fut in [pool.submit(attempt, *t) for t in todo]:
-                    fut.result()
+            """Run a phase's attempts on the executor (started in the listed, priority, order); a failed run stops
+            the benchmark after the others of its phase, with the results written so far."""
+            tasks = [Task(f"{t}/{v}/{setting_name(st)}/seed {sd}", attempt, (t, v, sd, st, args, str(tmp), deadline, default))
+                     for t, v, sd, st in todo]
+            successful_values(ex.map(tasks, on_result=collect), reraise=True)
 
         # 1. the first seed at the defaults (every method, every task): the main comparison;
         # 2. the sweep at the first seed. One phase: neither depends on the other.

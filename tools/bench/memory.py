@@ -3,8 +3,8 @@
 For each bundle (fp32, int8, int4; see quant_bundles.py) and each mode, a new
 ``edgenlp-run BUNDLE --load-all --input TEXTS`` process classifies one text
 per bucket (lengths chosen so that every bucket method runs) and its peak RSS
-(``wait4`` rusage of that child) is recorded; ``--repeats`` processes per
-cell, median. Modes:
+(``wait4`` rusage of that child) is recorded; ``--repeats`` interleaved rounds
+of one process per cell, median. Modes:
 
 * ``per-method packing``: ``--no-weight-cache`` (ExecuTorch's default: every
   bucket method's XNNPACK delegate packs its own copy of the weights);
@@ -25,14 +25,14 @@ import json
 import logging
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant_bundles import REPO, VARIANTS, build_bundles, isa_flags, native_run  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tools.bench.harness import Results, median, run_rounds  # noqa: E402
+from tools.bench.quant_bundles import REPO, VARIANTS, build_bundles, isa_flags, native_run  # noqa: E402
 
 log = logging.getLogger("bench.memory")
 MODES = {"per-method packing": ["--no-weight-cache"], "weights cache": []}
@@ -56,24 +56,29 @@ def peak_rss_mb(cmd: list[str]) -> float:
 
 
 def measure(bundles: dict[str, Path], *, repeats: int, threads: int) -> list[dict]:
+    """Peak RSS per (bundle, mode): ``repeats`` interleaved rounds of a fresh edgenlp-run process each, median."""
     run = native_run()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        cmds = {}
         for name, bundle in bundles.items():
             texts = Path(tmp) / f"{name}.txt"
             texts.write_text("\n".join(bucket_texts(bundle)) + "\n")
-            pte_mb = (bundle / "model.pte").stat().st_size / 1e6
-            row = {"bundle": name, "path": str(bundle), "weight_mb": round(pte_mb, 2),
-                   "goal_mb": round(1.5 * pte_mb + 30, 1), "buckets": len(bucket_texts(bundle))}
             for mode, flags in MODES.items():
-                cmd = [str(run), str(bundle), "--load-all", "--threads", str(threads), "--input", str(texts), *flags]
-                runs = [peak_rss_mb(cmd) for _ in range(repeats)]
-                row[mode] = {"peak_rss_mb": round(statistics.median(runs), 1), "runs": [round(r, 1) for r in runs]}
-                log.info("%s / %s: %.1f MB", name, mode, row[mode]["peak_rss_mb"])
-            after = row["weights cache"]["peak_rss_mb"]
-            row["meets_goal"] = after <= row["goal_mb"]
-            row["saved_mb"] = round(row["per-method packing"]["peak_rss_mb"] - after, 1)
-            rows.append(row)
+                cmds[(name, mode)] = [str(run), str(bundle), "--load-all", "--threads", str(threads), "--input", str(texts), *flags]
+        per = run_rounds({key: (lambda cmd=cmd: peak_rss_mb(cmd)) for key, cmd in cmds.items()}, rounds=repeats)
+    for name, bundle in bundles.items():
+        pte_mb = (bundle / "model.pte").stat().st_size / 1e6
+        row = {"bundle": name, "path": str(bundle), "weight_mb": round(pte_mb, 2),
+               "goal_mb": round(1.5 * pte_mb + 30, 1), "buckets": len(bucket_texts(bundle))}
+        for mode in MODES:
+            runs = per[(name, mode)]
+            row[mode] = {"peak_rss_mb": round(median(runs), 1), "runs": [round(r, 1) for r in runs]}
+            log.info("%s / %s: %.1f MB", name, mode, row[mode]["peak_rss_mb"])
+        after = row["weights cache"]["peak_rss_mb"]
+        row["meets_goal"] = after <= row["goal_mb"]
+        row["saved_mb"] = round(row["per-method packing"]["peak_rss_mb"] - after, 1)
+        rows.append(row)
     return rows
 
 
@@ -107,14 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=REPO / "tools" / "bench" / "results")
     args = ap.parse_args(argv)
+    results = Results(script="memory", threads=args.threads)
     bundles = build_bundles(args.bundles_dir, model=args.model, task=args.task, buckets=args.buckets,
                             variants=tuple(args.variants))
     rows = measure(bundles, repeats=args.repeats, threads=args.threads)
     meta = {"machine": platform.machine(), "isa": isa_flags(), "threads": args.threads, "repeats": args.repeats,
             "model": args.model, "task": args.task, "buckets": args.buckets}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "memory.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (args.out / "memory.md").write_text(markdown(rows, meta))
+    results.write(args.out / "memory", {"meta": meta, "rows": rows}, markdown(rows, meta))
     print(markdown(rows, meta))
     return 0
 

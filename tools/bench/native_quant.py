@@ -22,13 +22,13 @@ import argparse
 import json
 import logging
 import platform
-import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant_bundles import REPO, VARIANTS, build_bundles, isa_flags, native_run  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tools.bench.harness import Results, Timings, median, run_rounds  # noqa: E402
+from tools.bench.quant_bundles import REPO, VARIANTS, build_bundles, isa_flags, native_run  # noqa: E402
 
 log = logging.getLogger("bench.native_quant")
 
@@ -51,19 +51,18 @@ def native_latency(bundles: dict[str, Path], *, seqs=(32, 128), threads=(1, 2), 
     rows = []
     for seq in seqs:
         for t in threads:
-            per: dict[str, list[dict]] = {name: [] for name in bundles}
-            for r in range(rounds):
-                order = list(bundles) if r % 2 == 0 else list(reversed(bundles))  # alternate who runs first
-                for name in order:
-                    per[name].append(_bench(run, bundles[name], seq_len=seq, threads=t, iters=iters, warmup=warmup))
-            base = [x["latency_ms"]["median"] for x in per[baseline]] if baseline in per else None
+            per = run_rounds({name: (lambda b=b: _bench(run, b, seq_len=seq, threads=t, iters=iters, warmup=warmup))
+                              for name, b in bundles.items()}, rounds=rounds)  # the order flips every round
+            timings = Timings.from_rounds({name: [x["latency_ms"]["median"] for x in runs] for name, runs in per.items()})
             for name, runs in per.items():
-                med = [x["latency_ms"]["median"] for x in runs]
-                row = {"seq_len": seq, "threads": t, "bundle": name, "latency_ms": round(statistics.median(med), 3),
+                med = timings.round_medians(name)
+                row = {"seq_len": seq, "threads": t, "bundle": name, "latency_ms": round(median(med), 3),
                        "rounds_ms": [round(m, 3) for m in med],
                        "peak_rss_mb": round(max(x["peak_rss_kb"] for x in runs) / 1024, 1)}
-                if base:
-                    row["ratio_to_" + baseline] = round(statistics.median(m / b for m, b in zip(med, base)), 3)
+                if baseline in per:
+                    r = timings.ratio_summary(name, baseline)
+                    row["ratio_to_" + baseline] = round(r["median"], 3)
+                    row[f"ratio_to_{baseline}_p10"], row[f"ratio_to_{baseline}_p90"] = round(r["p10"], 3), round(r["p90"], 3)
                 rows.append(row)
                 log.info("seq %d threads %d %s: %.2f ms", seq, t, name, row["latency_ms"])
     return rows
@@ -108,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if "fp32" not in args.variants:
         ap.error("--variants must include fp32 (the baseline)")
+    results = Results(script="native_quant", threads=list(args.threads))
     built = build_bundles(args.bundles_dir, model=args.model, task=args.task, buckets=args.buckets,
                           variants=tuple(args.variants))
     bundles: dict = dict(built)
@@ -124,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         described["fp32-no-cache"] = "the fp32 bundle run with --no-weight-cache"
     meta = {"machine": platform.machine(), "isa": isa_flags(), "cores": os.cpu_count(), "iters": args.iters,
             "rounds": args.rounds, "model": args.model, "task": args.task, "bundles": described}
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "native_quant.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    (args.out / "native_quant.md").write_text(markdown(rows, meta))
+    results.write(args.out / "native_quant", {"meta": meta, "rows": rows}, markdown(rows, meta))
     print(markdown(rows, meta))
     return 0
 

@@ -37,12 +37,12 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
-import statistics  # noqa: E402
 import time  # noqa: E402
 
 ROOT = _HERE.parents[1]
-RESULTS = ROOT / "tools" / "bench" / "results"
 sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results, interleave  # noqa: E402
 
 log = logging.getLogger("bench.prune")
 
@@ -100,61 +100,55 @@ def export(model_dir: Path, bundle_dir: Path, task) -> dict:
 
 def prune_run(teacher_dir: Path, task, method: str, sparsity: float, out: Path, args, *, dev_before=None) -> dict:
     from edgenlp.models.registry import load_model
-    from edgenlp.prune import PruneConfig, prune
+    from edgenlp.prune import prune, prune_config
 
     if (out / "prune.json").is_file():
         return json.loads((out / "prune.json").read_text())
     model, info = load_model(teacher_dir, labels=task.labels)
-    kw = dict(method=method, target_sparsity=sparsity, target="params", seq_len=128, threads=args.threads,
-              max_seq_len=args.max_seq_len, samples=args.importance_samples if method == "importance" else args.samples)
+    kw = dict(target_sparsity=sparsity, target="params", seq_len=128, threads=args.threads, max_seq_len=args.max_seq_len)
+    if method != "cofi":
+        kw.update(samples=args.importance_samples if method == "importance" else args.samples)
     if method == "cofi":
         kw.update(train_limit=args.cofi_train_limit, epochs=args.cofi_epochs, finetune_epochs=args.cofi_finetune_epochs,
                   mask_lr=args.cofi_mask_lr, lagrangian_lr=args.cofi_lagrangian_lr, lr=args.cofi_lr,
                   prune_hidden=not args.cofi_no_hidden)
-    cfg = PruneConfig(**kw)
+    cfg = prune_config(method, **kw)
     res = prune(model, info, task, cfg, device="cpu", progress=sys.stderr.isatty(), dev_before=dev_before)
     res.save(out)
     return res.report
 
 
 def measure(bundles: dict[str, Path], *, seqs=(128, 32), iters: int, rounds: int) -> dict:
-    """``{name: {seq: {"median_ms", "rounds"}}}``: every bundle, interleaved, 1 thread, batch 1."""
+    """``{name: {seq: {"median_ms", "p10_ms", "p90_ms", "rounds"}}}``: every bundle, interleaved, 1 thread, batch 1.
+
+    Model only (ExecuTorch registry runner, the bucket from ``pick_bucket``, a
+    text of exactly ``seq`` tokens padded and masked), ``iters`` runs per
+    (bundle, seq) per round; median over rounds of each round's median.
+    """
     import torch
-    from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-    from executorch.runtime import Runtime
 
-    from edgenlp.run.executorch import register_quantized_kernels
+    from edgenlp.bundle import pad_to_bucket, pick_bucket
+    from edgenlp.profile.native import text_of_length
+    from edgenlp.run.base import get_runner
+    from edgenlp.run.executorch import set_threads
 
-    register_quantized_kernels()  # quantized bundles (ffn_multiple.py) read their word table through them
-    _unsafe_reset_threadpool(1)
+    set_threads(1)  # once, before the runners load their programs
     torch.set_num_threads(1)
-    rt = Runtime.get()
-    methods = {}
+    calls = {}
     for name, b in bundles.items():
-        prog = rt.load_program(str(b / "model.pte"))
+        runner = get_runner(b, runtime="executorch")
         for s in seqs:
-            meth = prog.load_method(f"forward_{s}")
-            n = s - 3  # a sentence that fills the bucket
-            x = torch.full((1, s), 2023, dtype=torch.int64)
-            x[0, 0], x[0, n - 1] = 101, 102
-            mask = torch.zeros(1, s, dtype=torch.int64)
-            mask[0, :n] = 1
-            for _ in range(3):
-                meth.execute([x, mask])
-            methods[(name, s)] = (prog, meth, x, mask)
-    per = {k: [] for k in methods}
-    for r in range(rounds):
-        for key, (_, meth, x, mask) in methods.items():
-            lat = []
-            for _ in range(iters):
-                t = time.perf_counter()
-                meth.execute([x, mask])
-                lat.append((time.perf_counter() - t) * 1e3)
-            per[key].append(statistics.median(lat))
-        log.info("latency round %d/%d done", r + 1, rounds)
+            ids = runner.token_ids([text_of_length(s)])[0]
+            m = pick_bucket(runner.methods, len(ids))
+            x, mask = pad_to_bucket(ids, m, pad_id=runner.pad_id)
+            calls[f"{name}@{s}"] = lambda meth=runner._method(m.name), x=x, mask=mask: meth.execute([x, mask])
+    t = interleave(calls, rounds=rounds, iters=iters, warmup=3)
     out: dict = {}
-    for (name, s), meds in per.items():
-        out.setdefault(name, {})[str(s)] = {"median_ms": round(statistics.median(meds), 3), "rounds": [round(m, 3) for m in meds]}
+    for name in bundles:
+        for s in seqs:
+            r = t.summary(f"{name}@{s}")
+            out.setdefault(name, {})[str(s)] = {"median_ms": round(r["median"], 3), "p10_ms": round(r["p10"], 3),
+                                                "p90_ms": round(r["p90"], 3), "rounds": [round(m, 3) for m in r["round_medians"]]}
     return out
 
 
@@ -185,11 +179,8 @@ def summarize(results: dict) -> list[dict]:
     return rows
 
 
-def write(results: dict, out: Path) -> None:
-    from edgenlp.utils import atomic_write_json, atomic_write_text
-
+def write(results: dict, out: Path, writer: Results) -> None:
     results["rows"] = summarize(results)
-    atomic_write_json(out.with_suffix(".json"), results)
     lines = ["# Structured pruning of MiniLM-L6 (tools/bench/prune.py)", "",
              f"Machine: {results['environment']['cpu'].get('model')}, ISA flags {results['isa']}. "
              f"{results.get('note') or ''}", "",
@@ -220,8 +211,7 @@ def write(results: dict, out: Path) -> None:
     lines += ["Published orientation (different model, GPU latency): " + "; ".join(
         f"{p['model']}: {100 * p['sparsity']:.1f}% sparsity, {100 * p['accuracy']:.1f}% SST-2 dev, {p['speedup']}x (V100, batch 128)"
         for p in PUBLISHED) + " — Xia et al., ACL 2022, released checkpoints (github.com/princeton-nlp/CoFiPruning).", ""]
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines))
-    plot(results, out.with_suffix(".png"))
+    writer.write(out, results, "\n".join(lines), plot=lambda path: plot(results, path))
 
 
 def plot(results: dict, path: Path) -> None:
@@ -280,8 +270,7 @@ def combine(files: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
     import matplotlib.ticker
 
-    from edgenlp.utils import atomic_write_text
-
+    writer = Results(script="prune")
     rows, sources = [], []
     for f in files:
         doc = json.loads(Path(f).read_text())
@@ -313,8 +302,6 @@ def combine(files: list[Path], out: Path) -> None:
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=110)
-    plt.close(fig)
     lines = ["# Structured pruning of MiniLM-L6: every method (tools/bench/prune.py --combine)", "",
              "Speed-up is over the unpruned bundle timed in the same interleaved rounds of the same run, so rows "
              "from different hosts compare; milliseconds do not. Sources:", ""] + [f"- {s}" for s in sources] + [
@@ -322,7 +309,9 @@ def combine(files: list[Path], out: Path) -> None:
     for r in sorted(rows, key=lambda r: (tasks.index(r["task"]), r["target"], r["method"])):
         lines.append(f"| {r['task']} | {r['method']} | {100 * r['target']:.0f}% | {-r['drop_points']:+.2f} | "
                      f"{r['speedup_128']}x | {r.get('speedup_32', '')}x | {r['source']} |")
-    atomic_write_text(out.with_suffix(".md"), "\n".join(lines) + "\n")
+    writer.write(out, {"sources": sources, "files": [str(f) for f in files], "rows": rows}, "\n".join(lines),
+                 plot=lambda path: fig.savefig(path, dpi=110))
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,11 +350,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     from edgenlp.data.tasks import load_task
-    from edgenlp.utils import environment, isa_flags
+    from edgenlp.utils import isa_flags
 
     t_start = time.perf_counter()
+    writer = Results(script="prune", threads=args.threads)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-               "isa": isa_flags(), "environment": environment(), "note": args.note, "published": PUBLISHED,
+               "isa": isa_flags(), "environment": writer.environment, "note": args.note, "published": PUBLISHED,
                "tasks": {}, "latency": {}, "not_run": []}
     tasks = {t: load_task(t, data_dir=args.data_dir) for t in set(args.tasks) | set(args.cofi_tasks)}
     teachers = {t: args.teachers / t for t in tasks}
@@ -406,10 +396,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         bundles[f"{task}/{name}"] = Path(ex["bundle"])
         results["tasks"][task]["runs"][name] = {"report": {k: v for k, v in rep.items() if k != "environment"}, "export": ex}
-        write(results, args.out)
+        write(results, args.out, writer)
     results["latency"] = measure(bundles, iters=args.iters, rounds=args.rounds)
     results["wall_min"] = round((time.perf_counter() - t_start) / 60, 1)
-    write(results, args.out)
+    write(results, args.out, writer)
     log.info("done in %.1f min", results["wall_min"])
     return 0
 

@@ -15,17 +15,18 @@ in ``--bundles-dir`` are reused.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from edgenlp.utils import isa_flags  # noqa: F401  (re-exported for memory.py and native_quant.py)
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from edgenlp.utils import isa_flags  # noqa: E402,F401  (re-exported for memory.py and native_quant.py)
+from tools.bench.harness import fresh_process  # noqa: E402
+
 log = logging.getLogger("bench.quant_bundles")
 
 VARIANTS = {
@@ -44,43 +45,9 @@ def _export_fp32(model: str, task: str, buckets: str, out: Path) -> None:
 
 
 def _derive(fp32: Path, out: Path, model: str, *, linears: str, embeddings: int) -> None:
-    """Lower in a child process whose sys.path does not start with tools/bench (its profile.py shadows the stdlib's)."""
-    code = ("import importlib.util, sys; sys.path.insert(0, 'runtime/tests'); "
-            "spec = importlib.util.spec_from_file_location('quant_bundles', 'tools/bench/quant_bundles.py'); "
-            "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod); "
-            "mod._derive_here(*sys.argv[1:4], linears=sys.argv[4], embeddings=int(sys.argv[5]))")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-c", code, str(fp32), str(out), model, linears, str(embeddings)],
-                   check=True, env=env, cwd=REPO)
-
-
-def _derive_here(fp32: str, out: str, model: str, *, linears: str, embeddings: int) -> None:
-    import torch
-
-    from quant_programs import lower, quantize_embedding
-
-    from edgenlp.bundle import Bundle, finalize_manifest
-    from edgenlp.export.graph import example_inputs, prepare
-    from edgenlp.models.registry import load_model
-
-    fp32, out = Path(fp32), Path(out)
-    src = Bundle.open(fp32)
-    m, _ = load_model(model, labels=src.labels, seed=0)
-    m = prepare(m)
-    quantize_embedding(m, "embeddings.word", bits=embeddings)
-    inputs = {pm.name: example_inputs(pm.seq_len, vocab_size=m.shape.vocab_size) for pm in src.pte_methods}
-    with torch.no_grad():
-        pte = lower(m, inputs, linears=linears)
-    tmp = out.with_name(out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(fp32, tmp)
-    (tmp / "model.pte").write_bytes(pte)
-    manifest = json.loads((tmp / "manifest.json").read_text())
-    manifest["artifacts"]["pte"]["benchmark_variant"] = {"linears": linears, "embeddings": f"int{embeddings}"}
-    manifest.pop("parity", None)  # measured for the fp32 program only
-    finalize_manifest(tmp, manifest)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    """Lower the quantized variant in a fresh process (tools/bench/workers.py ``derive_bundle``)."""
+    fresh_process("derive_bundle", {"fp32": str(fp32), "out": str(out), "model": model, "linears": linears,
+                                    "embeddings": embeddings}, env={"HF_HUB_OFFLINE": "1"})
 
 
 def build_bundles(root: Path, *, model: str = "minilm-l6", task: str = "sst2", buckets: str = "16,32,64,128",

@@ -5,7 +5,8 @@ fine-tuned model (the quantize step itself: int8 per-channel or int4 groupwise
 linears on XNNPACK; the word table stays fp32 so that only the linears differ).
 Each bundle is then profiled per component through ExecuTorch (ETDump, XNNPACK
 per-operator events) at each sequence length, 1 thread. The bundles are
-profiled in alternating rounds (``--rounds``, each ``--runs`` timed runs), and
+profiled in interleaved rounds (``--rounds``, each ``--runs`` timed runs; the
+order flips every round), and
 every cell is the median over the rounds, so a change of machine load hits all
 precisions alike. This answers "if a scheme is slower than fp32 (or than int8),
 show it and explain it from the profile": the per-component ratios say which
@@ -19,9 +20,7 @@ Writes ``<out>.json`` (every round's documents, the ISA flags) and ``<out>.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import statistics
 import sys
 import tempfile
 import time
@@ -30,8 +29,9 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]  # a bench script must not shadow the stdlib
 ROOT = _HERE.parents[1]
-RESULTS = ROOT / "tools" / "bench" / "results"
 sys.path.insert(0, str(ROOT))
+
+from tools.bench.harness import RESULTS, Results, median, run_rounds  # noqa: E402
 
 log = logging.getLogger("bench.quant_profile")
 COMPONENTS = ("embedding", "attn_qkv", "attn_core", "attn_out", "ffn", "other")
@@ -56,14 +56,14 @@ def summarize(rounds: list[dict[str, list[dict]]], quants: list[str]) -> list[di
     for i, doc0 in enumerate(rounds[0][quants[0]]):
         for q in quants:
             docs = [r[q][i] for r in rounds]
-            comp = {c: statistics.median(next(x for x in d["components"] if x["name"] == c)["latency_ms"]["executorch"] for d in docs)
+            comp = {c: median([next(x for x in d["components"] if x["name"] == c)["latency_ms"]["executorch"] for d in docs])
                     for c in COMPONENTS}
             first = docs[0]
             out.append({
                 "seq_len": doc0["seq_len"], "precision": q,
                 "component_ms": {c: round(v, 4) for c, v in comp.items()},
-                "components_sum_ms": round(statistics.median(d["total"]["components_sum_ms"]["executorch"] for d in docs), 4),
-                "total_ms": round(statistics.median(d["total"]["latency_ms"]["executorch"] for d in docs), 4),
+                "components_sum_ms": round(median([d["total"]["components_sum_ms"]["executorch"] for d in docs]), 4),
+                "total_ms": round(median([d["total"]["latency_ms"]["executorch"] for d in docs]), 4),
                 "flops": {c["name"]: c["flops"] for c in first["components"]},
                 "weight_bytes": {c["name"]: c["weight_bytes"] for c in first["components"]},
                 "weight_format": {c["name"]: c.get("weight_format") for c in first["components"]},
@@ -120,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
     from edgenlp.profile.api import ProfileConfig, profile
-    from edgenlp.utils import atomic_write_json, atomic_write_text, environment, isa_flags
+    from edgenlp.utils import isa_flags
 
+    writer = Results(script="quant_profile", threads=1)
     quants = [q.strip() for q in args.quant.split(",") if q.strip()]
     seq_lens = tuple(int(s) for s in args.seq_len.split(","))
     t0 = time.perf_counter()
@@ -134,20 +135,16 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("exporting %s", q)
                 export(args.model, args.task, path, quant=q, seq_len=max(seq_lens))
             bundles[q] = path
-        rounds = []
         cfg = ProfileConfig(seq_lens=seq_lens, runtimes=("executorch",), threads=(1,), runs=args.runs, warmup=2)
-        for i in range(args.rounds):
-            log.info("round %d/%d", i + 1, args.rounds)
-            rounds.append({q: profile(bundles[q], cfg) for q in quants})
-    env = environment()
+        per = run_rounds({q: (lambda q=q: profile(bundles[q], cfg)) for q in quants}, rounds=args.rounds,
+                         before_round=lambda i: log.info("round %d/%d", i + 1, args.rounds))
+        rounds = [{q: per[q][i] for q in quants} for i in range(args.rounds)]
+    env = writer.environment
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env["cpu"].get("model", "?"), "isa": isa_flags(),
             "model": args.model, "task": args.task, "quant": quants, "seq_lens": list(seq_lens), "rounds": args.rounds,
             "runs": args.runs, "note": args.note, "seconds": round(time.perf_counter() - t0, 1)}
     rows = summarize(rounds, quants)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out.with_suffix(".json"), {"meta": meta, "rows": rows, "environment": env, "rounds": rounds})
-    atomic_write_text(args.out.with_suffix(".md"), markdown(rows, meta))
-    log.info("wrote %s", args.out.with_suffix(".md"))
+    writer.write(args.out, {"meta": meta, "rows": rows, "environment": env, "rounds": rounds}, markdown(rows, meta))
     return 0
 
 

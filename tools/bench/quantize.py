@@ -6,11 +6,14 @@ For each task (teacher model directory with finetune.json), in one run:
     (--budgets, fractions of the fp32 weight bytes);
   * dev accuracy through the lowered ExecuTorch bundle (--dev-limit sentences);
   * sizes of model.pte / model.onnx;
-  * latency, median of --iters runs, at seq 32/128 with 1/2 threads: the
-    ExecuTorch Python runtime and ONNX Runtime (fp32, int8 per-channel
-    MatMulInteger, int4 MatMulNBits) in interleaved rounds; fp32 ExecuTorch is
-    the same-run baseline for ratios. The native runtime columns (latency and
-    peak RSS of a fresh ``edgenlp-run --bench`` process) come from NATIVE_HOOK.
+  * model-only latency, median of --iters runs, at seq 32/128 with 1/2
+    threads: the ExecuTorch Python runtime and ONNX Runtime (fp32, int8
+    per-channel MatMulInteger, int4 MatMulNBits), each (variant, runtime,
+    seq, threads) a fresh process per round (tools/bench/workers.py
+    ``latency``: the library's runners, buckets from ``pick_bucket``), in
+    --rounds interleaved rounds; ratios against the fp32 bundle of the same
+    round and runtime. The native runtime columns (latency and peak RSS of a
+    fresh ``edgenlp-run --bench`` process) come from NATIVE_HOOK.
 
     .venv/bin/python tools/bench/quantize.py --teachers /work/artifacts/teachers --tasks sst2 banking77
 
@@ -23,13 +26,16 @@ import argparse
 import json
 import logging
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tools.bench.harness import Results, fresh_process, median, run_rounds  # noqa: E402
+
 log = logging.getLogger("bench.quantize")
 
 VARIANTS = {
@@ -40,43 +46,6 @@ VARIANTS = {
     "int4+emb4": dict(scheme="int4", embeddings="int4"),
     "int4+emb4+trim": dict(scheme="int4", embeddings="int4", trim_vocab=True),
 }
-
-PY_ET = r"""
-import json, sys, time, statistics
-import torch
-from executorch.extension.pybindings.portable_lib import _unsafe_reset_threadpool
-bundle, L, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-_unsafe_reset_threadpool(threads)
-import executorch.kernels.quantized  # quantized_decomposed::embedding_byte / embedding_4bit
-from executorch.runtime import Runtime
-m = json.load(open(bundle + "/manifest.json"))
-meth = next(x for x in sorted(m["artifacts"]["pte"]["methods"], key=lambda x: x["seq_len"]) if x["seq_len"] >= L)
-method = Runtime.get().load_program(bundle + "/model.pte").load_method(meth["name"])
-x = torch.full((1, meth["seq_len"]), 5, dtype=torch.int64); x[0, 0] = 2; x[0, L - 1] = 3
-mask = torch.zeros(1, meth["seq_len"], dtype=torch.int64); mask[0, :L] = 1
-for _ in range(3): method.execute([x, mask])
-lat = []
-for _ in range(iters):
-    s = time.perf_counter(); method.execute([x, mask]); lat.append((time.perf_counter() - s) * 1e3)
-print(json.dumps({"median": statistics.median(lat)}))
-"""
-
-PY_ORT = r"""
-import json, sys, time, statistics
-import numpy as np
-import onnxruntime as ort
-bundle, L, threads, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-so = ort.SessionOptions(); so.intra_op_num_threads = threads; so.inter_op_num_threads = 1
-s = ort.InferenceSession(bundle + "/model.onnx", so, providers=["CPUExecutionProvider"])
-x = np.full((1, L), 5, dtype=np.int64); x[0, 0] = 2; x[0, -1] = 3
-feed = {"input_ids": x, "attention_mask": np.ones((1, L), dtype=np.int64)}
-for _ in range(3): s.run(None, feed)
-lat = []
-for _ in range(iters):
-    t = time.perf_counter(); s.run(None, feed); lat.append((time.perf_counter() - t) * 1e3)
-print(json.dumps({"median": statistics.median(lat)}))
-"""
-
 
 def NATIVE_HOOK(bundle: Path, *, seq_len: int, threads: int, iters: int) -> dict | None:
     """The native runtime on ``bundle`` in a fresh process: ``{"median": ms, "peak_rss_mb": MB}``, None if not built."""
@@ -106,14 +75,14 @@ def remeasure_rss(result: dict, *, seq_len: int) -> None:
                 log.info("%s: native peak RSS %.1f MB", name, nat["peak_rss_mb"])
 
 
-def run_py(script: str, bundle: Path, *, seq_len: int, threads: int, iters: int) -> float | None:
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    out = subprocess.run([sys.executable, "-c", script, str(bundle), str(seq_len), str(threads), str(iters)],
-                         capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        log.warning("%s: %s", bundle.name, out.stderr.strip().splitlines()[-1:] or out.returncode)
+def model_ms(bundle: Path, runtime: str, *, seq_len: int, threads: int, iters: int) -> list[float] | None:
+    """Model-only times (ms) of ``runtime`` on ``bundle`` in a fresh process (workers.latency); None if it failed."""
+    try:
+        return fresh_process("latency", {"runtime": runtime, "bundle": str(bundle), "seq_len": seq_len, "threads": threads,
+                                         "iters": iters, "warmup": 3, "modes": ["model"]}, threads=threads)["model_ms"]
+    except RuntimeError as exc:
+        log.warning("%s/%s: %s", bundle.name, runtime, str(exc).strip().splitlines()[-1:])
         return None
-    return json.loads(out.stdout.strip().splitlines()[-1])["median"]
 
 
 def build(task_name: str, teacher: Path, out: Path, *, budgets, seq_len: int) -> dict:
@@ -175,28 +144,39 @@ def evaluate(path: Path, task_name: str, limit: int | None) -> dict:
 
 
 def latency(paths: dict[str, Path], *, seq_lens, threads, iters: int, rounds: int) -> dict:
-    """Interleaved rounds: every (variant, runtime) once per round per (seq, threads); medians over rounds."""
-    res: dict = {}
+    """Interleaved rounds: every (variant, runtime, seq, threads) once per round, a fresh process each.
+
+    ``{variant: {runtime: {"seq/threads": ms}, "vs_fp32": {runtime: {"seq/threads": ratio}}, "native_peak_rss_mb": MB}}``:
+    ms = median over rounds of each round's median; ratio = median of the
+    per-round ratios against the fp32 bundle on the same runtime.
+    """
     rss: dict[str, float] = {}
-    for _ in range(rounds):
-        for L in seq_lens:
-            for t in threads:
-                for name, p in paths.items():
-                    key = f"{L}/{t}"
-                    et = run_py(PY_ET, p, seq_len=L, threads=t, iters=iters)
-                    res.setdefault(name, {}).setdefault("executorch", {}).setdefault(key, []).append(et)
-                    if name in ("fp32", "int8", "int4"):
-                        ort = run_py(PY_ORT, p, seq_len=L, threads=t, iters=iters)
-                        res[name].setdefault("onnx", {}).setdefault(key, []).append(ort)
-                    nat = NATIVE_HOOK(p, seq_len=L, threads=t, iters=iters)
-                    res[name].setdefault("native", {}).setdefault(key, []).append(nat and nat["median"])
-                    if nat:
-                        rss[name] = max(rss.get(name, 0.0), nat["peak_rss_mb"])
-    for name in res:
-        for rt in res[name]:
-            for key, v in res[name][rt].items():
-                v = [x for x in v if x is not None]
-                res[name][rt][key] = round(statistics.median(v), 2) if v else None
+
+    def native(p: Path, name: str, L: int, t: int) -> list[float] | None:
+        nat = NATIVE_HOOK(p, seq_len=L, threads=t, iters=iters)
+        if nat:
+            rss[name] = max(rss.get(name, 0.0), nat["peak_rss_mb"])
+        return [nat["median"]] if nat else None
+
+    cands = {}
+    for L in seq_lens:
+        for t in threads:
+            for name, p in paths.items():
+                key = f"{L}/{t}"
+                cands[(name, "executorch", key)] = lambda p=p, L=L, t=t: model_ms(p, "executorch", seq_len=L, threads=t, iters=iters)
+                if name in ("fp32", "int8", "int4"):
+                    cands[(name, "onnx", key)] = lambda p=p, L=L, t=t: model_ms(p, "onnx", seq_len=L, threads=t, iters=iters)
+                cands[(name, "native", key)] = lambda p=p, name=name, L=L, t=t: native(p, name, L, t)
+    per = run_rounds(cands, rounds=rounds)
+    res: dict = {}
+    for (name, rt, key), rs in per.items():
+        meds = [median(r) for r in rs if r]
+        res.setdefault(name, {}).setdefault(rt, {})[key] = round(median(meds), 2) if meds else None
+        base = per.get(("fp32", rt, key))
+        if base is not None:
+            ratios = [median(r) / median(b) for r, b in zip(rs, base) if r and b]
+            if ratios:
+                res[name].setdefault("vs_fp32", {}).setdefault(rt, {})[key] = round(median(ratios), 3)
     for name, mb in rss.items():
         res[name]["native_peak_rss_mb"] = round(mb, 1)
     return res
@@ -220,7 +200,8 @@ def markdown(result: dict) -> str:
             ort = r.get("latency", {}).get("onnx", {})
             nat = r.get("latency", {}).get("native", {})
             b128 = base.get("latency", {}).get("executorch", {}).get("128/1")
-            ratio = f"{b128 / et['128/1']:.2f}" if b128 and et.get("128/1") else "–"
+            same_round = r.get("latency", {}).get("vs_fp32", {}).get("executorch", {}).get("128/1")
+            ratio = (f"{1 / same_round:.2f}" if same_round else f"{b128 / et['128/1']:.2f}" if b128 and et.get("128/1") else "–")
             f = lambda v: "–" if v is None else f"{v:.1f}"  # noqa: E731
             lines.append(f"| {name} | {r.get('bits', {'fp32': 'all'})} | {100 * r['acc_executorch']:.2f} | {100 * r['acc_onnx']:.2f} | "
                          f"{r['pte_mb']:.1f} | {100 * r['pte_mb'] / base['pte_mb']:.0f}% | {f(et.get('32/1'))} | {f(et.get('128/1'))} | "
@@ -253,15 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from edgenlp.utils import environment, isa_flags
+    from edgenlp.utils import isa_flags
 
+    results = Results(script="quantize", threads=list(args.threads))
     if args.rss_only:
         result = json.loads((args.out / "quantize.json").read_text())
+        result.pop("host", None)
         remeasure_rss(result, seq_len=args.seq_len)
-        (args.out / "quantize.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "quantize.md").write_text(markdown(result))
+        results.write(args.out / "quantize", result, markdown(result))
         return 0
-    env = environment()
+    env = results.environment
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "isa": isa_flags(),
               "cpu": env.get("cpu", {}).get("model", "?"), "environment": env, "args": {k: str(v) for k, v in vars(args).items()},
               "tasks": {}}
@@ -288,9 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         result.setdefault("measured", {})[task] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": result["cpu"],
                                                    "isa": result["isa"], "latency": any("latency" in r for r in rows.values())}
         result.setdefault("not_built", {})[task] = skipped
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "quantize.json").write_text(json.dumps(result, indent=2) + "\n")
-        (args.out / "quantize.md").write_text(markdown(result))
+        results.write(args.out / "quantize", result, markdown(result))
     print(markdown(result))
     return 0
 

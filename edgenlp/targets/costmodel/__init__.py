@@ -21,21 +21,31 @@ width, layers or bits shrink make every prediction monotone in them.
 A thread count that was not measured follows Amdahl's law per coefficient,
 with the parallel fraction read from the host's 1- and 2-thread fits.
 
-**Transfer.** On a device without a measured table, the host's fp32
-coefficients are scaled term by term: compute terms (FLOPs, activations,
-calls) by host sustained fp32 rate ÷ the device's sustained rate for the
+**Transfer.** On a device without a measured table, the fp32 coefficients of
+the shipped reference table (``targets/host.costs.json``, measured on the
+machine ``targets/host.toml`` describes, whose rates the transfer uses) are
+scaled term by term: compute terms (FLOPs, activations, calls) by the
+reference's sustained fp32 rate ÷ the device's sustained rate for the
 candidate's precision on the cores the threads run on, weight-byte terms by
-host ÷ device bandwidth. Spec-sheet peaks are derated by
-:data:`PEAK_EFFICIENCY`. Such predictions are ``estimated=True``. A table
-measured on the device (``targets/NAME.measured.json`` or the cache, written by
-``edgenlp targets calibrate NAME --on URI``) replaces the transfer.
+reference ÷ device bandwidth. Spec-sheet peaks are derated by
+:data:`PEAK_EFFICIENCY`. Such predictions are ``estimated=True``. This
+machine's own calibration never prices a device, so a device's plan is the
+same on every host. A table measured on the device
+(``targets/NAME.measured.json`` or the cache, written by ``edgenlp targets
+calibrate NAME --on URI``) replaces the transfer.
 
 **Precisions.** The table is keyed by precision: ``int8``/``int4`` rows are
 used where they were measured (``estimated=False``); otherwise the fp32 fit is
 transferred to the precision by the same rate ratio (``estimated=True``).
-int4 uses the int8 compute rate (weights are unpacked to int8 for the
-multiply) with half the weight bytes — an assumption until int4 bundles are
-measured.
+A device's int4 is int8's throughput with half the weight bytes, times the
+int4 : int8 kernel penalty the table measured on its linears
+(:meth:`CostModel.kernel_penalty`). The word table's int8/int4 schemes scale
+the embedding gather by the ratio the table measured
+(:meth:`CostModel.embedding_ratio`).
+
+**Tolerance.** :meth:`CostModel.ranking_tolerance` is the pricing table's own
+leave-one-shape-out error: latencies closer than that are not told apart
+(the planner's ties).
 
 **Memory and size** are analytic, from :mod:`edgenlp.models.arithmetic` (the
 formulas the profiler applies too): size is the model file (weights at
@@ -60,16 +70,17 @@ from __future__ import annotations
 from edgenlp.targets.costmodel.features import (COMPONENT_FEATURES, FEATURE_KIND, INT4_GROUP, LINEAR_COMPONENTS, MINILM_L6, MIXED, Bits,
                                                 bundle_precision, dominant, features, layer_bits, peak_memory_bytes, resolve_mixed,
                                                 size_bytes, weight_bytes)  # fmt: skip
-from edgenlp.targets.costmodel.fitting import Observation, fit_coefficients
-from edgenlp.targets.costmodel.predict import DEFAULT_PARALLEL, PEAK_EFFICIENCY, CostModel, Prediction
+from edgenlp.targets.costmodel.fitting import Observation, cross_validated_error, embedding_ratios, fit_coefficients
+from edgenlp.targets.costmodel.predict import DEFAULT_PARALLEL, DEFAULT_TOLERANCE, PEAK_EFFICIENCY, CostModel, Prediction
 from edgenlp.targets.costmodel.tables import (TABLE_SCHEMA, CostTable, cache_dir, cost_table_sources, cpu_key, device_table_cache_path,
                                               device_table_file, host_table_file, host_table_path, key_digest, load_host_table,
-                                              reference_table_path)  # fmt: skip
+                                              load_reference_table, reference_table_path)  # fmt: skip
 
 __all__ = [
-    "COMPONENT_FEATURES", "DEFAULT_PARALLEL", "FEATURE_KIND", "INT4_GROUP", "LINEAR_COMPONENTS", "MINILM_L6", "MIXED", "PEAK_EFFICIENCY",
+    "COMPONENT_FEATURES", "DEFAULT_PARALLEL", "DEFAULT_TOLERANCE", "FEATURE_KIND", "INT4_GROUP", "LINEAR_COMPONENTS", "MINILM_L6", "MIXED", "PEAK_EFFICIENCY",
     "TABLE_SCHEMA", "Bits", "CostModel", "CostTable", "Observation", "Prediction", "bundle_precision", "cache_dir", "cost_table_sources",
-    "cpu_key", "device_table_cache_path", "device_table_file", "dominant", "features", "fit_coefficients", "host_table_file",
-    "host_table_path", "key_digest", "layer_bits", "load_host_table", "peak_memory_bytes", "reference_table_path", "resolve_mixed",
+    "cpu_key", "cross_validated_error", "device_table_cache_path", "device_table_file", "dominant", "embedding_ratios",
+    "features", "fit_coefficients", "host_table_file",
+    "host_table_path", "key_digest", "layer_bits", "load_host_table", "load_reference_table", "peak_memory_bytes", "reference_table_path", "resolve_mixed",
     "size_bytes", "weight_bytes",
 ]  # fmt: skip

@@ -23,15 +23,20 @@ class Observation:
     components: dict[str, float]  # component -> ms, including runtime_overhead
     total_ms: float
     num_labels: int = 2
+    embeddings: str | None = None  # the word table's precision (None: fp32); only such rows enter the fit
 
     def to_dict(self) -> dict:
-        return {"runtime": self.runtime, "precision": self.precision, "threads": self.threads, "seq_len": self.seq_len,
-                "shape": self.shape, "components": self.components, "total_ms": self.total_ms, "num_labels": self.num_labels}  # fmt: skip
+        d = {"runtime": self.runtime, "precision": self.precision, "threads": self.threads, "seq_len": self.seq_len,
+             "shape": self.shape, "components": self.components, "total_ms": self.total_ms, "num_labels": self.num_labels}  # fmt: skip
+        if self.embeddings:
+            d["embeddings"] = self.embeddings
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Observation":
         return cls(str(d["runtime"]), str(d["precision"]), int(d["threads"]), int(d["seq_len"]), dict(d["shape"]),
-                   {k: float(v) for k, v in d["components"].items()}, float(d["total_ms"]), int(d.get("num_labels", 2)))  # fmt: skip
+                   {k: float(v) for k, v in d["components"].items()}, float(d["total_ms"]), int(d.get("num_labels", 2)),
+                   d.get("embeddings") or None)  # fmt: skip
 
     def encoder_shape(self) -> EncoderShape:
         return EncoderShape.from_dict(self.shape)
@@ -72,18 +77,22 @@ def fit_coefficients(observations: Iterable[Observation]) -> dict[tuple[str, str
     """``{(runtime, precision, threads): {component: {feature: coefficient (ms per unit)}}}``.
 
     Rows are weighted by 1/total latency so every model's relative error counts alike.
+    Rows measured with a quantized word table (``embeddings`` set) are left
+    out: they price the embedding schemes (:func:`embedding_ratios`).
     """
     groups: dict[tuple[str, str, int], list[Observation]] = {}
     for ob in observations:
+        if ob.embeddings:
+            continue
         groups.setdefault((ob.runtime, ob.precision, ob.threads), []).append(ob)
     fits = {}
     for key, obs in groups.items():
         _, precision, _ = key
         comp_fit: dict[str, dict[str, float]] = {}
+        all_feats = [features(ob.encoder_shape(), seq_len=ob.seq_len, bits=precision, num_labels=ob.num_labels) for ob in obs]
         for comp, names in COMPONENT_FEATURES.items():
             X, y = [], []
-            for ob in obs:
-                feats = features(ob.encoder_shape(), seq_len=ob.seq_len, bits=precision, num_labels=ob.num_labels)
+            for ob, feats in zip(obs, all_feats):
                 row = feats.get((comp, precision), {f: 0.0 for f in names})
                 w = 1.0 / max(ob.total_ms, 1e-6)
                 X.append([row[f] * w for f in names])
@@ -92,3 +101,55 @@ def fit_coefficients(observations: Iterable[Observation]) -> dict[tuple[str, str
             comp_fit[comp] = {f: float(c) for f, c in zip(names, coef)}
         fits[key] = comp_fit
     return fits
+
+
+def embedding_ratios(observations: Iterable[Observation]) -> dict[tuple[str, str], float]:
+    """``{(runtime, scheme): ratio}``: the embedding component with the word table at ``scheme`` over the fp32 table's.
+
+    Each row measured with a quantized table is paired with the fp32-table row
+    of the same runtime, linear precision, threads, length and shape; the
+    ratio is the median over pairs. Schemes without rows are absent.
+    """
+    obs = list(observations)
+    plain = {(o.runtime, o.precision, o.threads, o.seq_len, repr(sorted(o.shape.items()))): o for o in obs if not o.embeddings}
+    ratios: dict[tuple[str, str], list[float]] = {}
+    for o in obs:
+        if not o.embeddings:
+            continue
+        base = plain.get((o.runtime, o.precision, o.threads, o.seq_len, repr(sorted(o.shape.items()))))
+        if base is None or base.components.get("embedding", 0.0) <= 0:
+            continue
+        ratios.setdefault((o.runtime, o.embeddings), []).append(o.components.get("embedding", 0.0) / base.components["embedding"])
+    return {k: float(np.median(v)) for k, v in ratios.items()}
+
+
+def _predict_total(fit: dict, ob: Observation) -> float:
+    feats = features(ob.encoder_shape(), seq_len=ob.seq_len, bits=ob.precision, num_labels=ob.num_labels)
+    return sum(sum(fit[comp][f] * v for f, v in row.items()) for (comp, _), row in feats.items())
+
+
+def cross_validated_error(observations: Iterable[Observation]) -> dict[tuple[str, str, int], float]:
+    """``{(runtime, precision, threads): mean |predicted - measured| / measured}`` of each total, leaving one shape out.
+
+    Each shape's observations are predicted by a fit to the other shapes of
+    the same group: the cost model's error on a shape it has not seen (what a
+    candidate is). Groups with fewer than three shapes are absent.
+    """
+    groups: dict[tuple[str, str, int], list[Observation]] = {}
+    for ob in observations:
+        if not ob.embeddings:
+            groups.setdefault((ob.runtime, ob.precision, ob.threads), []).append(ob)
+    out = {}
+    for key, obs in groups.items():
+        shapes = sorted({repr(sorted(o.shape.items())) for o in obs})
+        if len(shapes) < 3:
+            continue
+        errs = []
+        for held in shapes:
+            rest = [o for o in obs if repr(sorted(o.shape.items())) != held]
+            fit = fit_coefficients(rest)[key]
+            errs += [abs(_predict_total(fit, o) - o.total_ms) / o.total_ms for o in obs
+                     if repr(sorted(o.shape.items())) == held and o.total_ms > 0]  # fmt: skip
+        if errs:
+            out[key] = float(np.mean(errs))
+    return out

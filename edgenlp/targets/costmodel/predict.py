@@ -13,12 +13,13 @@ from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderShape
 from edgenlp.targets.costmodel.features import (FEATURE_KIND, INT4_GROUP, LINEAR_COMPONENTS, MINILM_L6, Bits, bundle_precision,
                                                 features, peak_memory_bytes, size_bytes)  # fmt: skip
-from edgenlp.targets.costmodel.tables import CostTable, device_table_file, load_host_table
+from edgenlp.targets.costmodel.tables import CostTable, device_table_file, load_host_table, load_reference_table
 from edgenlp.targets.target import PRECISIONS, Target
 
 log = logging.getLogger(__name__)
 
 PEAK_EFFICIENCY = 0.6  # sustained / spec-sheet peak for XNNPACK GEMMs on Arm cores (assumption; a measured table replaces it)
+DEFAULT_TOLERANCE = 0.10  # relative latency error assumed when a table cannot cross-validate its fits (fewer than 3 shapes)
 DEFAULT_PARALLEL = {"compute": 0.9, "vector": 0.7, "memory": 0.5, "call": 0.0}  # Amdahl fraction when only 1 thread was measured
 
 
@@ -60,6 +61,35 @@ def _linear_cost(fit: dict, precision: str, *, seq_len: int) -> tuple[float, flo
     return flops, ms
 
 
+def _model_cost(fit: dict, precision: str, *, seq_len: int) -> float:
+    """Predicted ms of all of :data:`MINILM_L6` at ``precision`` under one fit's coefficients."""
+    return sum(sum(fit[comp][f] * v for f, v in row.items()) for (comp, _), row in
+               features(MINILM_L6, seq_len=seq_len, bits=precision).items())  # fmt: skip
+
+
+def measured_ratios(notes: dict, name: str, *, runtime: str) -> dict[str, float]:
+    """``{"seq/threads": ratio}`` of one end-to-end ratio a table's notes carry (``notes["measured_ratios"]``, written by
+    ``tools/targets/reference_ratios.py``) for ``runtime``; empty when it has none."""
+    doc = notes.get("measured_ratios") or {}
+    if doc.get("runtime", "executorch") != runtime:
+        return {}
+    return {k: float(v) for k, v in (doc.get(name) or {}).items()}
+
+
+def end_to_end_ratio(notes: dict, name: str, *, runtime: str, seq_len: int, threads: int = 1) -> float | None:
+    """One of :func:`measured_ratios` at ``seq_len`` (linear between the measured sequence lengths, clamped), ``threads``."""
+    pts = sorted((int(k.split("/")[0]), v) for k, v in measured_ratios(notes, name, runtime=runtime).items()
+                 if int(k.split("/")[1]) == threads)  # fmt: skip
+    if not pts:
+        return None
+    if seq_len <= pts[0][0]:
+        return pts[0][1]
+    for (s0, r0), (s1, r1) in zip(pts, pts[1:]):
+        if seq_len <= s1:
+            return r0 + (r1 - r0) * (seq_len - s0) / (s1 - s0)
+    return pts[-1][1]
+
+
 class CostModel:
     """Latency, peak memory and size of a candidate shape on a target.
 
@@ -90,18 +120,27 @@ class CostModel:
 
     @classmethod
     def for_target(cls, target: Target, *, table: CostTable | None = None, runtime: str | None = None) -> "CostModel":
-        """The cost model for ``target``: its measured table if one exists, else the host calibration transferred."""
-        from edgenlp.targets.target import load_target
+        """The cost model for ``target``.
+
+        A device: the table measured on it if one exists, else the shipped
+        reference table transferred with the reference host's rates
+        (``targets/host.toml`` as written). This machine's calibration never
+        prices a device, so the plan for a device is the same on every host.
+        The ``host`` target: this machine's calibration, else (with a warning,
+        labelled estimated) the reference table.
+        """
+        from edgenlp.targets.target import reference_host
 
         device_table = None
         p = device_table_file(target)
         if p is not None:
             device_table = CostTable.load(p)
             log.info("using the table measured on %s: %s", target.name, p)
+        if target.name == "host":
+            return cls(target, table if table is not None else load_host_table(fallback=True), host=target, runtime=runtime)
         if table is None:
-            table = device_table if device_table is not None else load_host_table(fallback=True)
-        host = load_target("host") if target.name != "host" else target
-        return cls(target, table, host=host, device_table=device_table, runtime=runtime)
+            table = device_table if device_table is not None else load_reference_table()
+        return cls(target, table, host=reference_host(), device_table=device_table, runtime=runtime)
 
     # ---- coefficients
 
@@ -197,11 +236,16 @@ class CostModel:
             raise EdgeNLPError(f"the host cost table has no {self.runtime} rows; run `edgenlp targets calibrate host`")
         fp2, _ = self._fit(self.table, "fp32", 2)
         scaled = self._scale(fp, precision, threads, on_host=False, two=fp2)
-        basis = f"host fp32 calibration transferred to {self.target.name} by throughput/bandwidth ratios"
+        src = "the reference table's" if self.table.notes.get("shipped_reference") else "the host table's"
+        basis = f"{src} fp32 fit transferred to {self.target.name} by throughput/bandwidth ratios"
         penalty = self.kernel_penalty(precision)
         if penalty > 1.0:
             scaled = {comp: ({f: c * penalty for f, c in cs.items()} if comp in LINEAR_COMPONENTS else cs) for comp, cs in scaled.items()}
-            basis += f"; linears x{penalty:.2f}, the host's measured {precision} : {PRECISIONS[PRECISIONS.index(precision) - 1]} ratio"
+            wider = PRECISIONS[PRECISIONS.index(precision) - 1]
+            how = (f"the table's measured {precision} : {wider} ratio" if self._kernel_penalty(precision)[1] == "grid" else
+                   f"the measured {precision} : {wider} ratio ({self.table.notes['measured_ratios']['source']}, end to end, "
+                   f"on the linears)")  # fmt: skip
+            basis += f"; linears x{penalty:.2f}, {how}"
         return scaled, True, basis
 
     def kernel_penalty(self, precision: str, *, seq_len: int = 128) -> float:
@@ -213,16 +257,62 @@ class CostModel:
         than int8 on an AVX-512 host. Where the host table measured both, the
         ratio carries over to the device estimate (still labelled estimated).
         """
+        return self._kernel_penalty(precision, seq_len=seq_len)[0]
+
+    def _kernel_penalty(self, precision: str, *, seq_len: int = 128) -> tuple[float, str]:
+        """(:meth:`kernel_penalty`, where it comes from: ``"grid"``, the table's end-to-end ``"ratio"``, or ``""``: none)."""
         i = PRECISIONS.index(precision)
         if i < 2:
-            return 1.0
+            return 1.0, ""
+        wider = PRECISIONS[i - 1]
         narrow, _ = self._fit(self.table, precision, 1)
-        wide, _ = self._fit(self.table, PRECISIONS[i - 1], 1)
-        measured = {p.split("/")[1] for p in self.table.notes.get("measured", []) if p.startswith(f"{self._table_runtime(self.table)[0]}/")}
-        if narrow is None or wide is None or not {precision, PRECISIONS[i - 1]} <= measured:
-            return 1.0
-        w = _linear_cost(wide, PRECISIONS[i - 1], seq_len=seq_len)[1]
-        return max(1.0, _linear_cost(narrow, precision, seq_len=seq_len)[1] / w) if w > 0 else 1.0
+        wide, _ = self._fit(self.table, wider, 1)
+        runtime = self._table_runtime(self.table)[0]
+        measured = {p.split("/")[1] for p in self.table.notes.get("measured", []) if p.startswith(f"{runtime}/")}
+        if narrow is not None and wide is not None and {precision, wider} <= measured:
+            w = _linear_cost(wide, wider, seq_len=seq_len)[1]
+            return (max(1.0, _linear_cost(narrow, precision, seq_len=seq_len)[1] / w) if w > 0 else 1.0), "grid"
+        # no grid of the narrow precision: the end-to-end ratio measured on the table's machine, all of it put on the linears
+        ratio = end_to_end_ratio(self.table.notes, f"{precision}_vs_{wider}", runtime=runtime, seq_len=seq_len)
+        if ratio is None or wide is None or wider not in measured:
+            return 1.0, ""
+        total = _model_cost(wide, wider, seq_len=seq_len)
+        linear = _linear_cost(wide, wider, seq_len=seq_len)[1]
+        return (max(1.0, 1.0 + (ratio - 1.0) * total / linear) if linear > 0 else 1.0), "ratio"
+
+    def ranking_tolerance(self, precisions: tuple[str, ...] = PRECISIONS, *, threads: int = 1) -> float:
+        """The pricing table's own error: the largest leave-one-shape-out error of its fits for these precisions.
+
+        Latencies that differ by less than this fraction are not told apart by
+        the model (the planner calls them a tie). A precision the table did
+        not measure at ``threads`` falls back to its 1-thread fit; without any,
+        :data:`DEFAULT_TOLERANCE`. For a device without its own table the
+        transfer adds error of its own, which no measurement bounds yet.
+        """
+        table = self.device_table if self.device_table is not None else self.table
+        runtime, _ = self._table_runtime(table)
+        cv = table.cv_error
+        errs = [cv.get((runtime, p, threads), cv.get((runtime, p, 1))) for p in precisions]
+        errs = [e for e in errs if e is not None]
+        return max(errs) if errs else DEFAULT_TOLERANCE
+
+    def embedding_ratio(self, scheme: str) -> tuple[float, str]:
+        """(embedding latency with the word table at ``scheme`` / with it fp32, basis) from the pricing table's measured pairs.
+
+        A scheme the table did not measure keeps the fp32 table's cost, and the basis says so.
+        """
+        table = self.device_table if self.device_table is not None else self.table
+        runtime, _ = self._table_runtime(table)
+        ratio = table.embedding_ratios.get((runtime, scheme))
+        if ratio is None:
+            points = measured_ratios(table.notes, f"emb_{scheme}", runtime=runtime)
+            if points:
+                src = table.notes["measured_ratios"]["source"]
+                seen = ", ".join(f"x{v:.2f} at {k}" for k, v in points.items())
+                return 1.0, (f"{scheme} word table: end to end {seen} seq/threads against the fp32 table (measured, {src}): "
+                             f"the gather too small to tell apart, priced as the fp32 table's")  # fmt: skip
+            return 1.0, f"{scheme} word table: not measured, priced as the fp32 table"
+        return ratio, f"{scheme} word table: x{ratio:.2f} the fp32 table's gather (measured)"
 
     def _monotone_coefficients(self, precision: str, threads: int) -> tuple[dict, bool, str]:
         """Coefficients for ``precision``; derived ones are capped by the next wider precision's.
@@ -281,6 +371,10 @@ class CostModel:
                 bases.append(f"{prec}: {coef_cache[prec][2]}")
             coefs = coef_cache[prec][0][comp]
             comps[comp] = comps.get(comp, 0.0) + sum(coefs[f] * v for f, v in row.items())
+        if embeddings in ("int8", "int4") and "embedding" in comps:
+            ratio, basis = self.embedding_ratio(embeddings)
+            comps["embedding"] *= ratio
+            bases.append(basis)
         size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels, group_size=group_size)
         mem = peak_memory_bytes(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, runtime=self.runtime,
                                 base_mb=self.target.base_memory_mb, num_labels=num_labels, group_size=group_size)  # fmt: skip
@@ -288,7 +382,7 @@ class CostModel:
         if borrowed:
             bases.append(f"no {self.runtime} rows in the table: {runtime} rows stand in")
         reference = bool(self.table.notes.get("shipped_reference")) and self.device_table is None
-        if reference:
+        if reference and self.is_host:
             bases.append("reference table measured on another host")
         estimated = estimated or reference or (not self.is_host and self.device_table is None)
         return Prediction(sum(comps.values()), mem / 2**20, size / 2**20, estimated, comps, "; ".join(bases))

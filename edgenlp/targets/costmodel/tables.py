@@ -7,9 +7,14 @@ observations they come from). Which table prices a target:
 * a table measured on the device itself: ``targets/NAME.measured.json`` beside
   its file, else ``<cache>/costmodel/NAME.measured.json``
   (:func:`device_table_file`);
-* this machine's calibration, ``<cache>/costmodel/host-<digest>.json`` keyed by
-  CPU and runtime versions (:func:`host_table_path`), else the reference table
-  shipped as ``targets/host.costs.json`` (:func:`host_table_file`).
+* for any other device, the reference table shipped as
+  ``targets/host.costs.json`` (measured on the machine ``targets/host.toml``
+  describes), transferred: never this machine's calibration, so a device's
+  plan is the same on every host;
+* for the ``host`` target, this machine's calibration,
+  ``<cache>/costmodel/host-<digest>.json`` keyed by CPU and runtime versions
+  (:func:`host_table_path`); ``compress`` measures a minimal one first when
+  there is none (:func:`edgenlp.targets.calibrate.ensure_host_table`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgenlp.errors import EdgeNLPError
-from edgenlp.targets.costmodel.fitting import Observation, fit_coefficients
+from edgenlp.targets.costmodel.fitting import Observation, cross_validated_error, embedding_ratios, fit_coefficients
 from edgenlp.targets.target import Target, measured_table_path
 
 log = logging.getLogger(__name__)
@@ -70,12 +75,25 @@ class CostTable:
     device: str = "host"
     notes: dict = field(default_factory=dict)
     _fits: dict | None = field(default=None, repr=False)
+    _cv: dict | None = field(default=None, repr=False)
 
     @property
     def fits(self) -> dict:
         if self._fits is None:
             self._fits = fit_coefficients(self.observations)
         return self._fits
+
+    @property
+    def cv_error(self) -> dict[tuple[str, str, int], float]:
+        """Leave-one-shape-out error of each fit (:func:`~edgenlp.targets.costmodel.fitting.cross_validated_error`), computed once."""
+        if self._cv is None:
+            self._cv = cross_validated_error(self.observations)
+        return self._cv
+
+    @property
+    def embedding_ratios(self) -> dict[tuple[str, str], float]:
+        """``{(runtime, scheme): embedding latency with the word table at scheme / with it fp32}`` (measured pairs only)."""
+        return embedding_ratios(self.observations)
 
     def keys(self) -> list[tuple[str, str, int]]:
         return sorted(self.fits)
@@ -126,14 +144,18 @@ def reference_table_path() -> Path:
 
 
 def cost_table_sources(target: Target) -> list[Path]:
-    """The table files :meth:`~edgenlp.targets.costmodel.CostModel.for_target` reads for ``target`` as things stand, for stage fingerprints.
+    """The table file :meth:`~edgenlp.targets.costmodel.CostModel.for_target` reads for ``target`` as things stand, for stage fingerprints.
 
-    A device-measured table for a non-host target (beside its file or in the
-    cache), then the host calibration of this machine, or the shipped
-    reference table while there is none: recalibrating changes this list's
+    A device: its measured table (beside its file or in the cache), else the
+    shipped reference table. The host: this machine's calibration, else the
+    reference table while there is none. Recalibrating changes this list's
     content, so a plan made from the old table is not reused.
     """
-    return [p for p in (device_table_file(target), host_table_file()) if p is not None]
+    if target.name != "host":
+        p = device_table_file(target)
+        return [p] if p is not None else [reference_table_path()]
+    p = host_table_file()
+    return [p] if p is not None else []
 
 
 def device_table_file(target: Target) -> Path | None:
@@ -146,6 +168,13 @@ def device_table_file(target: Target) -> Path | None:
 def host_table_file() -> Path | None:
     """This machine's calibration, else the shipped reference table; None when neither exists."""
     return next((p for p in (host_table_path(), reference_table_path()) if p.is_file()), None)
+
+
+def load_reference_table() -> CostTable:
+    """The shipped reference table (``targets/host.costs.json``), marked ``shipped_reference`` in its notes."""
+    table = CostTable.load(reference_table_path())
+    table.notes = {**table.notes, "shipped_reference": True}
+    return table
 
 
 def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -> CostTable:
@@ -161,7 +190,5 @@ def load_host_table(path: str | Path | None = None, *, fallback: bool = False) -
     ref = reference_table_path()
     if fallback and ref.is_file():
         log.warning("no cost calibration for this host at %s; using the shipped reference table (run `edgenlp targets calibrate host`)", path)
-        table = CostTable.load(ref)
-        table.notes = {**table.notes, "shipped_reference": True}
-        return table
+        return load_reference_table()
     raise EdgeNLPError(f"no host cost calibration at {path}; run `edgenlp targets calibrate host` (10-20 minutes on 2 cores)")

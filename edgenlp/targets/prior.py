@@ -1,0 +1,271 @@
+"""The planner's accuracy prior: measured drops only, each row naming the results file it comes from.
+
+``targets/accuracy-prior.json`` (built by ``tools/bench/accuracy_prior.py``,
+never by hand) holds one row per measured point:
+
+* ``prune``: a method at a target sparsity, at the budget it was measured at
+  (the prune config knobs that set how much data and training it spent), with
+  the drop per task and their mean;
+* ``bits``, ``embeddings``, ``trim_vocab``: one quantization variant against
+  another, through the ExecuTorch bundle.
+
+:class:`AccuracyModel` composes a candidate's drop from those rows (drops
+add; per layer fewer bits never predict a smaller drop than more bits) and
+says how it got there (:class:`PriorPoint`): ``measured``, ``interpolated``
+between two measured sparsities, ``extrapolated`` beyond them, or
+``unmeasured`` (no row: the planner does not offer the candidate). Given the
+budgets ``compress`` spends per method (``budgets``), only rows measured at
+exactly those budgets count::
+
+    acc = AccuracyModel(baseline=91.3, budgets={"fast": {"samples": 1024, "max_seq_len": 64,
+                                                         "epochs": 0.0, "finetune_epochs": 0.0}})
+    acc.sparsities("fast")            # (0.3, 0.5, 0.7, 0.9)
+    acc.explain(candidate).basis      # "measured"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from edgenlp.errors import EdgeNLPError
+from edgenlp.targets.target import PRECISIONS, targets_dir
+
+log = logging.getLogger(__name__)
+
+PRIOR_SCHEMA = "edgenlp.accuracy-prior/1"
+BASES = ("measured", "interpolated", "extrapolated", "unmeasured")  # from best to worst
+EMB_ORDER = ("int8", "int4")  # word-table schemes from more to fewer bits
+
+
+def prior_path() -> Path:
+    """The shipped prior: ``targets/accuracy-prior.json``."""
+    return targets_dir() / "accuracy-prior.json"
+
+
+def load_prior(path: str | Path | None = None) -> dict:
+    path = Path(path) if path else prior_path()
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise EdgeNLPError(f"{path}: cannot read the accuracy prior ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != PRIOR_SCHEMA:
+        raise EdgeNLPError(f"{path}: not an edgenlp accuracy prior (schema {PRIOR_SCHEMA!r} expected)")
+    return doc
+
+
+@dataclass(frozen=True)
+class PriorPoint:
+    """A predicted drop (points), how it was obtained (:data:`BASES`) and the results files it rests on."""
+
+    drop: float
+    basis: str
+    sources: tuple[str, ...] = ()
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"drop": round(self.drop, 4), "basis": self.basis, "sources": list(self.sources), "note": self.note}
+
+
+def _worst(*bases: str) -> str:
+    return max(bases, key=BASES.index)
+
+
+class AccuracyModel:
+    """Predicted dev accuracy of a candidate: ``baseline - drop``, the drop composed from the prior's measured rows.
+
+    ``table`` is a prior document (default: :func:`load_prior`). ``budgets``
+    maps a pruning method to the budget ``compress`` spends on it; only rows
+    measured at exactly that budget count, and a method absent from
+    ``budgets`` has none. Without ``budgets``, each method uses the budget it
+    has the most rows at (the first such in the file on a tie), and says so
+    in :meth:`budget_of`. ``baseline`` is the uncompressed fine-tuned model's
+    dev accuracy (%); left at 100 the predictions read as "100 minus the drop".
+    """
+
+    def __init__(self, table: dict | None = None, *, baseline: float = 100.0,
+                 budgets: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
+        self.table = json.loads(json.dumps(table if table is not None else load_prior()))
+        self.baseline = float(baseline)
+        self.budgets = {m: dict(b) for m, b in budgets.items()} if budgets is not None else None
+        for kind in ("prune", "bits", "embeddings", "trim_vocab"):
+            self.table.setdefault(kind, [])
+        for r in self.table["prune"]:
+            if not {"method", "sparsity", "drop"} <= set(r) or not 0.0 < float(r["sparsity"]) < 1.0:
+                raise ValueError(f"accuracy prior: prune row {r} needs method, a sparsity in (0, 1) and drop")
+        self._prune = self._select_budgets()
+
+    # ---- rows
+
+    def _select_budgets(self) -> dict[str, list[dict]]:
+        by_method: dict[str, dict[str, list[dict]]] = {}
+        for r in self.table["prune"]:
+            key = json.dumps(r.get("budget", {}), sort_keys=True)
+            by_method.setdefault(r["method"], {}).setdefault(key, []).append(r)
+        out = {}
+        for method, groups in by_method.items():
+            if self.budgets is not None:
+                want = self.budgets.get(method)
+                rows = groups.get(json.dumps(want, sort_keys=True), []) if want is not None else []
+            else:
+                rows = max(groups.values(), key=len)  # max keeps the first of equals
+            if rows:
+                out[method] = sorted(rows, key=lambda r: float(r["sparsity"]))
+        return out
+
+    def methods(self) -> tuple[str, ...]:
+        """Pruning methods with measured rows at the budgets in use."""
+        return tuple(sorted(self._prune))
+
+    def sparsities(self, method: str) -> tuple[float, ...]:
+        """The measured target sparsities of ``method`` at its budget (empty: the method has no rows)."""
+        return tuple(float(r["sparsity"]) for r in self._prune.get(method, []))
+
+    def budget_of(self, method: str) -> dict | None:
+        """The budget ``method``'s rows were measured at (None: no rows)."""
+        rows = self._prune.get(method)
+        return dict(rows[0].get("budget", {})) if rows else None
+
+    def rows(self) -> list[dict]:
+        """Every row in use (pruning at the selected budgets, quantization), as stored."""
+        out = [r for rows in self._prune.values() for r in rows]
+        return out + [r for k in ("bits", "embeddings", "trim_vocab") for r in self.table[k]]
+
+    def tolerance(self, bound: float | None = None) -> float:
+        """The prior's own spread (points): mean |task drop - row drop| over rows measured on several tasks.
+
+        The prior predicts a row's mean; a task lands this far from it on
+        average. With ``bound`` (the accuracy bound), only rows whose drop is
+        within it count: the spread where the plan chooses, not that of
+        candidates it rules out anyway. Differences in predicted drop smaller
+        than this do not rank candidates (:func:`edgenlp.targets.planner.choose`).
+        """
+        devs = [abs(float(v) - float(r["drop"])) for r in self.rows() for v in r.get("measured", {}).values()
+                if len(r.get("measured", {})) > 1 and (bound is None or float(r["drop"]) <= bound)]  # fmt: skip
+        return float(np.mean(devs)) if devs else 0.0
+
+    # ---- parts
+
+    def prune_point(self, method: str | None, sparsity: float) -> PriorPoint:
+        if method is None or sparsity <= 0:
+            return PriorPoint(0.0, "measured", (), "unpruned")
+        rows = self._prune.get(method)
+        if not rows:
+            have = "no rows" if method not in {r["method"] for r in self.table["prune"]} else "no rows at this budget"
+            return PriorPoint(float("nan"), "unmeasured", (), f"{method}: {have}")
+        xs = np.asarray([0.0] + [float(r["sparsity"]) for r in rows])
+        ys = np.asarray([0.0] + [float(r["drop"]) for r in rows])
+        src = tuple(sorted({r["source"] for r in rows}))
+        for r in rows:
+            if abs(float(r["sparsity"]) - sparsity) < 1e-9:
+                return PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{method} {sparsity:.0%}")
+        if sparsity < xs[-1]:
+            return PriorPoint(float(np.interp(sparsity, xs, ys)), "interpolated", src,
+                              f"{method} {sparsity:.0%}: interpolated between measured sparsities")  # fmt: skip
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return PriorPoint(float(ys[-1] + slope * (sparsity - xs[-1])), "extrapolated", src,
+                          f"{method} {sparsity:.0%}: extrapolated beyond the last measured {xs[-1]:.0%}")  # fmt: skip
+
+    def prune_drop(self, method: str | None, sparsity: float) -> float:
+        return self.prune_point(method, sparsity).drop
+
+    def _row(self, kind: str, value) -> dict | None:
+        return next((r for r in self.table[kind] if r.get(kind) == value), None)
+
+    def bits_point(self, precision: str) -> PriorPoint:
+        """Per-layer drop of linears at ``precision``: its row, never below a wider precision's (fp32 is the reference)."""
+        if precision == "fp32":
+            return PriorPoint(0.0, "measured", (), "fp32 linears")
+        best = PriorPoint(0.0, "measured")
+        for p in PRECISIONS[1 : PRECISIONS.index(precision) + 1]:
+            r = self._row("bits", p)
+            if r is None:
+                if p == precision:
+                    return PriorPoint(float("nan"), "unmeasured", (), f"{precision} linears: no row")
+                continue
+            if float(r["drop"]) >= best.drop:
+                best = PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{precision} linears" +
+                                  ("" if p == precision else f" (takes {p}'s larger drop)"))  # fmt: skip
+        return best
+
+    def embeddings_point(self, scheme: str | None) -> PriorPoint:
+        if not scheme or scheme == "fp32":
+            return PriorPoint(0.0, "measured", (), "fp32 word table")
+        if scheme not in EMB_ORDER:
+            raise ValueError(f"embeddings must be None or one of {EMB_ORDER}, got {scheme!r}")
+        best = PriorPoint(0.0, "measured")
+        for s in EMB_ORDER[: EMB_ORDER.index(scheme) + 1]:
+            r = self._row("embeddings", s)
+            if r is None:
+                if s == scheme:
+                    return PriorPoint(float("nan"), "unmeasured", (), f"{scheme} word table: no row")
+                continue
+            if float(r["drop"]) >= best.drop:
+                best = PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{scheme} word table")
+        return best
+
+    def trim_point(self, trim: bool) -> PriorPoint:
+        if not trim:
+            return PriorPoint(0.0, "measured")
+        r = self._row("trim_vocab", True)
+        if r is None:
+            return PriorPoint(float("nan"), "unmeasured", (), "vocabulary trimming: no row")
+        return PriorPoint(float(r["drop"]), "measured", (r["source"],), "trimmed vocabulary")
+
+    # ---- candidates
+
+    def explain(self, candidate, *, num_layers: int = 6) -> PriorPoint:
+        """The candidate's drop, the worst basis of its parts, and the results files they come from."""
+        from edgenlp.targets.costmodel import resolve_mixed
+
+        bits_ = resolve_mixed(candidate.bits, num_layers)
+        per = (bits_,) * num_layers if isinstance(bits_, str) else tuple(bits_)
+        bits = [self.bits_point(b) for b in per]
+        parts = [self.prune_point(candidate.prune_method, candidate.sparsity), self.embeddings_point(candidate.embeddings),
+                 self.trim_point(candidate.trim_vocab)]  # fmt: skip
+        drop = parts[0].drop + sum(b.drop for b in bits) / len(bits) + parts[1].drop + parts[2].drop
+        basis = _worst(*(p.basis for p in parts + bits))
+        sources = tuple(sorted({s for p in parts + bits for s in p.sources}))
+        notes = "; ".join(p.note for p in parts if p.basis != "measured")
+        return PriorPoint(drop, basis, sources, notes)
+
+    def drop(self, candidate, *, num_layers: int = 6) -> float:
+        return self.explain(candidate, num_layers=num_layers).drop
+
+    def predict(self, candidate, *, num_layers: int = 6) -> float:
+        """Predicted dev accuracy (%)."""
+        return self.baseline - self.drop(candidate, num_layers=num_layers)
+
+    # ---- refresh and serialization
+
+    def with_measured(self, rows: list[dict], *, source: str = "measured by the caller") -> "AccuracyModel":
+        """A copy where measured rows replace the prior's: ``{"prune_method", "sparsity", "drop"}``, ``{"bits", "drop"}``
+        or ``{"embeddings", "drop"}``, each with an optional ``source`` (the results file; ``source`` otherwise).
+
+        A pruning row joins the method's rows at the budget in use.
+        """
+        table = json.loads(json.dumps(self.table))
+        for r in rows:
+            src = r.get("source", source)
+            if "prune_method" in r:
+                m, s = r["prune_method"], round(float(r["sparsity"]), 6)
+                budget = self.budget_of(m) if self.budget_of(m) is not None else (self.budgets or {}).get(m, {})
+                table["prune"] = [x for x in table["prune"] if not (x["method"] == m and round(float(x["sparsity"]), 6) == s
+                                                                    and x.get("budget", {}) == budget)]  # fmt: skip
+                table["prune"].append({"method": m, "sparsity": s, "budget": budget, "drop": float(r["drop"]), "source": src})
+            else:
+                kind = "bits" if "bits" in r else "embeddings" if "embeddings" in r else None
+                if kind is None:
+                    raise ValueError(f"a measured row needs prune_method, bits or embeddings: {r}")
+                table[kind] = [x for x in table[kind] if x.get(kind) != r[kind]]
+                table[kind].append({kind: r[kind], "drop": float(r["drop"]), "source": src})
+        return AccuracyModel(table, baseline=self.baseline, budgets=self.budgets)
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.baseline, "budgets": self.budgets, "tolerance_points": round(self.tolerance(), 4),
+                "rows": self.rows()}  # fmt: skip

@@ -1,0 +1,117 @@
+"""compress for the ``host`` target: this machine is calibrated first (once), and a bundle slower than the uncompressed program is refused."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from edgenlp.compress.config import CompressConfig
+from edgenlp.compress.planning import exclusions_after, is_excluded
+from edgenlp.compress.verify import host_speed_gate, judge
+from edgenlp.targets.costmodel import CostTable, host_table_path
+
+
+def cand(sparsity=0.0, bits="fp32", method="fast", emb=None, trim=False):
+    return {"prune_method": method if sparsity else None, "sparsity": sparsity, "bits": bits, "embeddings": emb, "trim_vocab": trim}
+
+
+def _compressor(tmp_path, target: str, echo: list):
+    from edgenlp.compress import pipeline
+    from edgenlp.compress.planning import load_target, resolve_budgets
+
+    c = pipeline.Compressor.__new__(pipeline.Compressor)
+    c.config, c.out, c.echo, c.progress = CompressConfig(target=target, max_attempts=3), tmp_path, echo.append, False
+    c.preset = c.config.resolved_preset
+    c.target = load_target(target)
+    c.budgets = resolve_budgets(c.target)
+    return c
+
+
+def test_host_target_without_calibration_calibrates_first_and_caches(tmp_path, monkeypatch, fake_calibrate):
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path / "cache"))
+    echo: list[str] = []
+    c = _compressor(tmp_path, "host", echo)
+    assert not host_table_path().is_file()
+    assert "until `edgenlp targets calibrate host`" in c.target.description  # not calibrated: the reference host's rates
+    c.calibrate_host()
+    assert host_table_path().is_file() and len(fake_calibrate) == 1
+    kw = fake_calibrate[0]
+    assert kw["grid"] == "minimal" and kw["threads"] == (1,) and kw["seq_lens"] == (32, 128)
+    assert [p for _, p in kw["runtime_precisions"]] == ["fp32", "int8", "int4"]  # what the quick preset may choose
+    assert any("measuring a minimal grid" in e for e in echo) and any("calibrating this machine 3/3" in e for e in echo)
+    assert CostTable.load(host_table_path()).notes["grid"] == "minimal"
+    assert c.target.clusters[0].fp32_gflops_per_core == 33.0  # the host target now carries this machine's rate
+    # the plan for the host reads this machine's table, not the shipped one
+    from edgenlp.targets.costmodel import CostModel, cost_table_sources
+
+    assert cost_table_sources(c.target) == [host_table_path()]
+    assert not CostModel.for_target(c.target).table.notes.get("shipped_reference")
+    # the second time: cached, nothing measured
+    echo.clear()
+    c2 = _compressor(tmp_path, "host", echo)
+    c2.calibrate_host()
+    assert len(fake_calibrate) == 1 and not any("minimal grid" in e for e in echo)
+
+
+def test_device_target_is_never_calibrated_here(tmp_path, monkeypatch, fake_calibrate):
+    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path / "cache"))
+    _compressor(tmp_path, "pixel-7", []).calibrate_host()
+    assert not fake_calibrate and not host_table_path().is_file()
+
+
+def test_host_speed_gate_refuses_a_bundle_slower_than_the_uncompressed_program():
+    slow = {"speedup": 0.631, "baseline_ms": 21.44, "bundle_ms": 33.98, "method": "alternating runs in one process (median each)"}
+    gate = host_speed_gate(slow, on_host=True, candidate=cand(bits="int4", emb="int8"))
+    assert gate["applies"] and not gate["passed"]
+    assert host_speed_gate({**slow, "speedup": 1.4}, on_host=True, candidate=cand(bits="int8"))["passed"]
+    assert host_speed_gate(slow, on_host=False, candidate=cand(bits="int4"))["passed"]  # a device: the host's speed does not decide
+    assert not host_speed_gate(slow, on_host=True, candidate=cand())["applies"]  # the uncompressed model itself
+    ok = {"passed": True}
+    checks = {"accuracy": {**ok, "drop_points": 0.3, "limit": 1.0}, "size_mb": ok, "latency_ms": ok, "memory_mb": ok,
+              "host_speedup": gate}  # fmt: skip
+    failures, kind = judge(checks, on_host=True)
+    assert kind == "slower" and "host speed-up 0.631x < 1" in failures[0] and "33.98 ms vs 21.44 ms" in failures[0]
+    failures, kind = judge({**checks, "size_mb": {"passed": False, "measured": 30, "budget": 25}}, on_host=True)
+    assert kind == "budget" and len(failures) == 2
+    # a slower bundle rules out its precision at its pruning or less, not the other precisions
+    rules = exclusions_after(cand(bits="int4", emb="int8"), "slower")
+    assert is_excluded(cand(bits="int4", emb="int8"), rules)
+    assert is_excluded(cand(0.0, "int4", emb="int8"), rules)
+    assert not is_excluded(cand(0.5, "int4", emb="int8"), rules)  # pruned further: fewer of the slow FLOPs
+    assert not is_excluded(cand(bits="int8", emb="int8"), rules) and not is_excluded(cand(bits="fp32"), rules)
+
+
+def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_path):
+    """Attempt 1 (int4) runs slower than fp32 on this host: attempt 2 plans without it, and the attempts record the gate."""
+    from edgenlp.compress import pipeline, report
+
+    c = pipeline.Compressor.__new__(pipeline.Compressor)
+    c.config, c.out, c.echo = CompressConfig(target="host", max_attempts=3), tmp_path, lambda msg: None
+    seen: list[list] = []
+    chosen = [cand(bits="int4", emb="int8"), cand(bits="int8", emb="int8")]
+
+    def plan(ft, attempt, excluded):
+        seen.append(list(excluded))
+        return SimpleNamespace(result={"chosen": chosen[attempt - 1]})
+
+    gate = host_speed_gate({"speedup": 0.63, "baseline_ms": 21.4, "bundle_ms": 34.0, "method": "alternating"}, on_host=True,
+                           candidate=chosen[0])  # fmt: skip
+    verdicts = iter([
+        SimpleNamespace(result={"passed": False, "failures": ["host speed-up 0.63x < 1"], "failures_kind": "slower",
+                                "host_speedup": gate}),
+        SimpleNamespace(result={"passed": True, "failures": [], "failures_kind": None}),
+    ])  # fmt: skip
+    order: list[str] = []
+
+    def logged(name, fn):
+        return lambda *a: order.append(name) or fn(*a)
+
+    for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
+                     "baseline": lambda ft: "base", "plan": plan, "prune": lambda *a: "pr", "export": lambda *a: "ex",
+                     "verify": lambda *a: next(verdicts)}.items():  # fmt: skip
+        monkeypatch.setattr(c, name, logged(name, fn))
+    reported = {}
+    monkeypatch.setattr(report, "write_reports", lambda comp, **kw: reported.update(kw) or {})
+    c.run()
+    assert seen == [[], [{"slower": chosen[0]}]]
+    assert order.index("calibrate_host") < order.index("baseline") < order.index("plan")  # this machine's table before any plan
+    assert reported["passed"]["attempt"] == 2 and reported["attempts"][0]["verify"].result["failures_kind"] == "slower"

@@ -1,0 +1,189 @@
+"""Training and calibration (edgenlp.dynamic.api / train): frozen backbone, soft masks, splits, the CLI verb."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from edgenlp.data.tasks import load_task
+from edgenlp.dynamic.api import load_dynamic, make_dynamic, split_rows
+from edgenlp.dynamic.config import DynamicConfig
+from edgenlp.models.registry import load_model
+
+
+def test_frozen_backbone_leaves_the_static_model_exactly(tiny_ft_dir, tiny_dynamic_dir):
+    base, _ = load_model(tiny_ft_dir)
+    dyn = load_dynamic(tiny_dynamic_dir)
+    for k, v in base.state_dict().items():
+        assert torch.equal(v, dyn.base.state_dict()[k]), k
+    ids = torch.randint(1, 1000, (2, 9))
+    assert torch.equal(dyn(ids, torch.ones_like(ids)), base(ids, torch.ones_like(ids)))
+
+
+def test_recipe_and_report_record_the_calibration(tiny_dynamic_dir):
+    _, info = load_model(tiny_dynamic_dir)
+    step = info.recipe[-1]
+    assert step.type == "dynamic" and step.config.tokens == "ltp"
+    spec = load_dynamic(tiny_dynamic_dir).spec
+    assert step.result["spec"] == spec.to_dict()
+    assert step.result["split"]["val_source"] == "train split"
+    report = json.loads((tiny_dynamic_dir / "dynamic-report.json").read_text())
+    assert set(report["validation"]["curves"]) == {"maxprob", "entropy", "patience"}
+    chosen = report["validation"]["chosen"]
+    assert chosen["threshold"] == spec.threshold and (chosen["drop"] <= 5.0 or not chosen["within_max_drop"])
+    losses = [h["loss_per_exit"] for h in report["exit_training"]["history"]]
+    assert all(losses[-1][l] < losses[0][l] for l in losses[0]), losses  # distillation made progress
+
+
+def test_validation_rows_come_from_train_rows_the_finetuning_did_not_use(dyn_task_dir):
+    from dataclasses import replace
+
+    from edgenlp.finetune.config import FinetuneConfig
+    from edgenlp.recipe import Step
+    from edgenlp_testing import tiny_finetuned
+
+    task = load_task(dyn_task_dir)
+    _, info = tiny_finetuned()
+    info = replace(info, recipe=(Step("finetune", FinetuneConfig(train_limit=40, subset_seed=3)),))
+    train, val, note = split_rows(task, info, DynamicConfig(val_rows=20, train_limit=50))
+    seen = set(task.train.sample_indices(40, seed=3))
+    assert note["val_unseen_by_finetuning"] and not set(val) & seen and not set(val) & set(train)
+    assert len(val) == 20 and len(train) == 50 and max(train + val) < len(task.train)
+
+
+def test_soft_mask_hardens_into_the_masked_model():
+    """At a vanishing temperature the soft-masked forward is the hard threshold model."""
+    from edgenlp.dynamic.model import DynamicModel
+    from edgenlp.dynamic.spec import DynamicSpec
+    from edgenlp.dynamic.train import soft_pass
+    from edgenlp_testing import tiny_finetuned
+
+    model, _ = tiny_finetuned()
+    ids = torch.randint(1, 1000, (3, 13), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    theta = torch.tensor([0.93, 1.1])
+    spec = DynamicSpec(num_layers=3, exits=(3,), tokens="ltp", token_layers=(1, 2), token_thresholds=(0.93, 1.1, None))
+    hard = DynamicModel(model, spec, {}).masked_forward(ids, mask).exit_logits[3]
+    with torch.no_grad():
+        soft, frac = soft_pass(model, ids, mask, theta, (1, 2), 1e-5)
+    assert float(frac[-1]) < 0.9  # tokens were dropped
+    np.testing.assert_allclose(soft.numpy(), hard, atol=1e-3)
+
+
+def test_the_sparsity_weight_raises_the_thresholds(tiny_ft_dir, dyn_task_dir):
+    from edgenlp.dynamic.train import learn_token_thresholds, static_logits
+    from edgenlp.finetune.trainer import encode_split, load_tokenizer
+
+    model, info = load_model(tiny_ft_dir)
+    task = load_task(dyn_task_dir)
+    data = encode_split(load_tokenizer(info), task.train, task.labels, max_len=32)
+    teacher = static_logits(model, data, pad_id=0)
+    got = {}
+    for lam in (0.0, 5.0):
+        cfg = DynamicConfig(tokens="ltp", token_lambda=lam, token_epochs=2, batch_size=16)
+        got[lam], _ = learn_token_thresholds(model, data, teacher, cfg, token_layers=(1, 2), pad_id=0)
+    assert all(t >= 0 for t in got[0.0] + got[5.0])
+    assert sum(got[5.0]) > sum(got[0.0]) + 0.1, got
+
+
+def test_joint_training_changes_the_backbone_and_keeps_exits_consistent(tiny_ft_dir, dyn_task_dir):
+    model, info = load_model(tiny_ft_dir)
+    cfg = DynamicConfig(exits=(1, 3), joint=True, epochs=1, val_rows=20, train_limit=40, max_seq_len=32, batch_size=16,
+                        threshold=0.9)
+    res = make_dynamic(model, info, load_task(dyn_task_dir), cfg, device="cpu")
+    assert not torch.equal(res.model.base.layers[0].query.weight, model.layers[0].query.weight)
+    assert res.model.spec.threshold == 0.9 and res.model.spec.exits == (1, 3)
+    assert "static_accuracy_after_joint" in res.report["validation"]
+
+
+def test_layers_without_heads_never_drop_tokens():
+    """A pruned layer with no attention heads cannot rank tokens: it is not a token layer, and decisions still match."""
+    from edgenlp.dynamic.api import token_layers_of
+    from edgenlp.dynamic.model import DynamicModel, ExitHead
+    from edgenlp.dynamic.spec import DynamicSpec
+    from edgenlp.models.encoder import EncoderClassifier, EncoderShape
+    from edgenlp.run.dynamic import eager_runner
+
+    shape = EncoderShape(family="bert", vocab_size=30522, hidden=32, heads=(2, 0, 2), head_dim=16, ffn=(64, 32, 0),
+                         max_positions=64)
+    model = EncoderClassifier(shape, 2, labels=("neg", "pos")).init_weights(std=0.2, seed=1).eval()
+    assert token_layers_of(shape) == (1,)
+    spec = DynamicSpec(num_layers=3, exits=(1, 2, 3), threshold=0.99, tokens="keep", token_layers=(1,), keep_ratio=0.5)
+    dyn = DynamicModel(model, spec, {1: ExitHead.like(model), 2: ExitHead.like(model)})
+    with pytest.raises(ValueError, match="no attention heads"):
+        DynamicModel(model, DynamicSpec(num_layers=3, exits=(3,), tokens="keep", token_layers=(2,), keep_ratio=0.5), {})
+    runner = eager_runner(dyn)
+    texts = ["a fine film , really a fine one", "dull"]
+    got = runner.predict_details(texts, exits=False)
+    for p, ids in zip(got, runner.token_ids(texts)):
+        x = torch.tensor([ids])
+        ref = dyn.masked_forward(x, torch.ones_like(x))
+        assert p.tokens == list(ref.tokens[0])
+        np.testing.assert_allclose(p.logits, ref.exit_logits[3][0], atol=1e-5)
+
+
+def test_dynamic_verb_writes_a_model_directory(tiny_ft_dir, dyn_task_dir, tmp_path):
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+
+    out = tmp_path / "dyn"
+    r = CliRunner().invoke(main, ["dynamic", str(tiny_ft_dir), "--task", str(dyn_task_dir), "--exits", "1,2",
+                                  "--rule", "entropy", "--tokens", "keep:0.7", "--max-drop", "2", "--val-rows", "20",
+                                  "--train-limit", "40", "--epochs", "1", "--max-seq-len", "32", "--device", "cpu",
+                                  "--out", str(out), "--json-out", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    dyn = load_dynamic(out)
+    assert dyn.spec.exits == (1, 2, 3) and dyn.spec.rule == "entropy" and dyn.spec.keep_ratio == 0.7
+    assert 0.0 <= dyn.spec.threshold <= 1.0
+    assert json.loads((tmp_path / "r.json").read_text())["spec"] == dyn.spec.to_dict()
+    # the verbs chained: export the directory, then eval the bundle with the dynamic report keys
+    bundle = tmp_path / "bundle"
+    r = CliRunner().invoke(main, ["export", str(out), "--task", str(dyn_task_dir), "--format", "onnx", "--seq-len", "32",
+                                  "--out", str(bundle)])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["eval", str(bundle), "--task", str(dyn_task_dir), "--runtime", "onnx", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.output)
+    assert set(report["exit_layers"]) == {"1", "2", "3"} and sum(report["exit_layers"].values()) == report["n"]
+    assert len(report["tokens_kept"]) == 3 and set(report["latency_ms"]) == {"mean", "p50", "p90", "max"}
+    r = CliRunner().invoke(main, ["eval", str(bundle), "--task", str(dyn_task_dir), "--runtime", "onnx", "--json",
+                                  "--static"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["exit_layers"] == {"1": 0, "2": 0, "3": report["n"]}
+
+
+def test_eager_segments_with_exits_off_equal_the_static_model(tiny_ft_dir, tiny_dynamic_dir):
+    """The dynamic model run segment by segment (eager), no exit and keep 1, gives the static model's logits."""
+    from edgenlp.run.dynamic import eager_runner
+
+    base, _ = load_model(tiny_ft_dir)
+    runner = eager_runner(tiny_dynamic_dir, max_seq_len=32)
+    texts = ["great", "the film was really great and a story", "dull plot and acting , the film was weak and flat"]
+    got = runner.predict_logits(texts, exits=False, keep=1.0)
+    with torch.no_grad():
+        want = np.concatenate([base(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long)).numpy()
+                               for ids in runner.token_ids(texts)])
+    assert np.abs(got - want).max() <= 1e-5, np.abs(got - want).max()
+
+
+@pytest.mark.slow
+def test_quantized_base_lowers_to_one_delegate_call_per_segment(tiny_dynamic_dir, tmp_path):
+    """int8 linears in every segment; the segment parity (gated inside export) passes at the quantized tolerance."""
+    from edgenlp.bundle import Bundle
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+
+    model, info = load_model(tiny_dynamic_dir)
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+    b = export_bundle(qmodel, qinfo, tmp_path / "q", config=ExportConfig(formats=("pte",), max_seq_len=16, buckets=(8, 16)))
+    d = b.manifest["dynamic"]
+    seg = [m for m in d["pte"]["methods"] if m["name"].startswith("seg")]
+    assert all(m["delegate_calls"] == 1 and m["delegated_linears"].get("int8", 0) >= 4 for m in seg), seg
+    assert d["parity"]["executorch"]["passed"]
+    assert Bundle.open(b.path).dynamic.spec == load_dynamic(tiny_dynamic_dir).spec

@@ -1,0 +1,62 @@
+"""The Learner schedule: unset Learner knobs follow the task (classes, rows, epochs), deterministically."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgenlp.finetune import FinetuneConfig, LearnerConfig, finetune
+from edgenlp.finetune.config import LearnerSchedule, learner_schedule
+
+# (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit)
+TABLE = [
+    ("SST-2, 8,000 rows, 1 epoch", 2, 250, 250, (83, 5e-5, False)),
+    ("banking77, 1 epoch", 77, 282, 282, (94, 5e-5, False)),
+    ("banking77, 2 epochs: 2/3 of an epoch, not half the run", 77, 282, 564, (188, 5e-5, False)),
+    ("banking77, 3 epochs (its default): 1 epoch", 77, 282, 846, (282, 5e-5, False)),
+    ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch", 154, 125, 625, (125, 5e-5, False)),
+    ("the 24-class test task, 10 epochs of 6 steps", 24, 6, 60, (6, 5e-5, False)),
+    ("max_steps below an epoch", 77, 282, 30, (10, 5e-5, False)),
+    ("two steps: no room to prime", 2, 10, 2, (0, 5e-5, False)),
+    ("one step", 2, 1, 1, (0, 5e-5, False)),
+]
+
+
+@pytest.mark.parametrize("what, classes, per_epoch, total, want", TABLE, ids=[t[0] for t in TABLE])
+def test_schedule_table(what, classes, per_epoch, total, want):
+    got = learner_schedule(classes=classes, steps_per_epoch=per_epoch, total_steps=total)
+    assert got == LearnerSchedule(*want)
+    assert got == learner_schedule(classes=classes, steps_per_epoch=per_epoch, total_steps=total)  # a function of its inputs
+    assert got.priming_steps < total  # Learner steps always follow priming
+
+
+@pytest.mark.parametrize("kwargs", [dict(classes=0, steps_per_epoch=1, total_steps=1),
+                                    dict(classes=2, steps_per_epoch=0, total_steps=1),
+                                    dict(classes=2, steps_per_epoch=1, total_steps=0)])
+def test_schedule_rejects_empty_tasks(kwargs):
+    with pytest.raises(ValueError, match="must be an integer >= 1"):
+        learner_schedule(**kwargs)
+
+
+def _small(labels):
+    """A 2-layer encoder (hidden 64) with the default BERT vocabulary, as in test_trainer."""
+    from edgenlp.models.encoder import EncoderClassifier, EncoderShape, ModelInfo
+    from edgenlp.models.registry import DEFAULT_TOKENIZER, default_vocab_file
+
+    shape = EncoderShape.uniform(num_layers=2, hidden=64, num_heads=4, ffn=128, max_positions=64, dropout=0.1)
+    model = EncoderClassifier(shape, len(labels), labels=tuple(labels)).init_weights(std=0.02, seed=0)
+    return model, ModelInfo("small", "test", shape, False, str(default_vocab_file()), dict(DEFAULT_TOKENIZER))
+
+
+@pytest.mark.parametrize("learner, epochs, priming", [
+    (LearnerConfig(rank=2), 1, 2),  # 6 steps: a third of them prime (today's 1 epoch would not fit)
+    (LearnerConfig(rank=2), 3, 6),  # 18 steps: 1 epoch
+    (LearnerConfig(rank=2, priming_epochs=0.5), 3, 3),  # what is set wins
+], ids=["1-epoch", "3-epochs", "explicit"])
+def test_trainer_follows_the_schedule(learner, epochs, priming, synth_task):
+    cfg = FinetuneConfig(method="learner", epochs=epochs, batch_size=32, learner=learner)
+    report = finetune(*_small(synth_task.labels), synth_task, cfg).report  # 192 rows / 32 = 6 steps per epoch
+    want = learner_schedule(classes=2, steps_per_epoch=6, total_steps=6 * epochs)
+    assert report["learner"]["schedule"] == want.to_dict()
+    assert report["learner"]["priming_steps"] == priming
+    assert [p["first_step"] for p in report["phases"]] == [0, priming]
+    assert report["lr"]["priming"] == want.priming_lr and report["learner"]["bitfit"] == want.bitfit

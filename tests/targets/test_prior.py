@@ -1,0 +1,127 @@
+"""The accuracy prior holds measured rows only, each found in the results file it names; unmeasured points are never silent."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from edgenlp.targets.planner import Candidate, SearchSpace, plan
+from edgenlp.targets.prior import AccuracyModel, load_prior, prior_path
+from edgenlp.targets.target import Budgets, load_target
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "tools" / "bench" / "results"
+
+
+def _results(row: dict) -> dict:
+    src = REPO / row["source"]
+    assert src.resolve().parent == RESULTS.resolve(), f"{row['source']} is not under tools/bench/results/"
+    return json.loads(src.read_text())
+
+
+def _measured_prune(row: dict) -> dict[str, float]:
+    """The drop per task of (method, target sparsity) in the row's results file, at the budget the row names."""
+    doc, out = _results(row), {}
+    for r in doc["rows"]:
+        if r["method"] != row["method"] or abs(float(r["target"]) - row["sparsity"]) > 1e-9:
+            continue
+        config = doc["tasks"][r["task"]]["runs"][f"{r['method']}-{round(100 * r['target'])}"]["report"]["config"]
+        defaults = {"epochs": {"cofi": 2.0}.get(row["method"], 0.0), "finetune_epochs": {"cofi": 1.0}.get(row["method"], 0.0)}
+        ran = {k: config.get(k) if config.get(k) is not None else defaults.get(k) for k in row["budget"]}
+        assert ran == row["budget"], (row, ran)
+        out[r["task"]] = float(r["drop_points"])
+    return out
+
+
+def _measured_quant(row: dict) -> dict[str, float]:
+    tasks = _results(row)["tasks"]
+    return {t: 100.0 * (v[row["against"]]["acc_executorch"] - v[row["variant"]]["acc_executorch"]) for t, v in tasks.items()
+            if row["variant"] in v and row["against"] in v}  # fmt: skip
+
+
+def test_the_prior_has_no_unmeasured_rows():
+    """Every row names a results file under tools/bench/results/ that holds its numbers; its drop is their mean."""
+    prior = load_prior()
+    rows = [("prune", r) for r in prior["prune"]] + [(k, r) for k in ("bits", "embeddings", "trim_vocab") for r in prior[k]]
+    assert {k for k, _ in rows} == {"prune", "bits", "embeddings", "trim_vocab"}
+    for kind, row in rows:
+        found = _measured_prune(row) if kind == "prune" else _measured_quant(row)
+        assert found, f"{row['source']} has no measurement for {row}"
+        assert row["measured"].keys() == found.keys(), row
+        for task, v in found.items():
+            assert row["measured"][task] == pytest.approx(v, abs=5e-4), (row, task)
+        assert row["drop"] == pytest.approx(sum(found.values()) / len(found), abs=5e-4), row
+    # the file is exactly what the builder makes from the results today (no row added or edited by hand)
+    spec = importlib.util.spec_from_file_location("accuracy_prior", REPO / "tools" / "bench" / "accuracy_prior.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert json.loads(prior_path().read_text()) == mod.build()
+
+
+def test_cofi_prior_is_this_projects_measurement_at_each_budget():
+    short = {"train_limit": 4000, "epochs": 1.0, "finetune_epochs": 1.0, "max_seq_len": 64, "batch_size": 32}
+    long = {**short, "train_limit": 8000, "epochs": 3.0, "finetune_epochs": 2.0}
+    at_short = AccuracyModel(budgets={"cofi": short})
+    assert at_short.prune_point("cofi", 0.5).drop == pytest.approx((3.9 + 5.4) / 2)  # prune-cofi.md, not the paper's 1.2
+    at_long = AccuracyModel(budgets={"cofi": long})
+    assert at_long.sparsities("cofi") == (0.5,) and at_long.prune_point("cofi", 0.5).drop == pytest.approx(0.69)
+    assert at_long.prune_point("cofi", 0.5).sources == ("tools/bench/results/prune-cofi-longer.json",)
+
+
+def test_unmeasured_points_are_not_offered_or_are_labelled():
+    fast = {"samples": 1024, "max_seq_len": 64, "epochs": 0.0, "finetune_epochs": 0.0}
+    acc = AccuracyModel(budgets={"fast": fast, "cofi": {"train_limit": 1, "epochs": 9.0}})  # cofi: a budget nobody measured
+    assert acc.methods() == ("fast",) and acc.sparsities("fast") == (0.3, 0.5, 0.7, 0.9)
+    assert acc.explain(Candidate(prune_method="fast", sparsity=0.5)).basis == "measured"
+    assert acc.explain(Candidate(prune_method="fast", sparsity=0.4)).basis == "interpolated"
+    assert acc.explain(Candidate(prune_method="fast", sparsity=0.95)).basis == "extrapolated"
+    assert acc.explain(Candidate(prune_method="cofi", sparsity=0.5)).basis == "unmeasured"
+    assert acc.explain(Candidate(prune_method="importance", sparsity=0.5)).basis == "unmeasured"  # no budget given for it
+    host = load_target("pixel-7")
+    space = SearchSpace(methods=("fast", "cofi"), sparsities=(0.0, 0.4, 0.5), bits=("int8",), embeddings=(None,), trim_vocab=(False,))
+    p = plan(host, Budgets(seq_len=128, threads=2), accuracy_model=acc, space=space)
+    offered = {c.candidate for c in p.considered}
+    assert {c.prune_method for c in p.not_offered} == {"cofi"} and not any(c.prune_method == "cofi" for c in offered)
+    basis = {(c.candidate.prune_method, c.candidate.sparsity): c.prior.basis for c in p.considered}
+    assert basis == {(None, 0.0): "measured", ("fast", 0.4): "interpolated", ("fast", 0.5): "measured"}
+    assert all(c["prior"]["basis"] for c in p.to_dict()["considered"])
+
+
+def test_compress_offers_each_method_at_the_measured_budget_only():
+    """The presets spend exactly a budget the prior measured; the plan offers those sparsities and nothing else."""
+    from types import SimpleNamespace
+
+    from edgenlp.compress.config import PRESETS
+    from edgenlp.compress.planning import plan_for_compress, resolve_budgets
+    from edgenlp.targets.costmodel import MINILM_L6
+
+    for name, preset in PRESETS.items():
+        acc = AccuracyModel(budgets=preset.prune_budget_map())
+        assert set(acc.methods()) == set(preset.prune_methods), name  # every method the preset offers was measured at its budget
+        t = load_target("pixel-7")
+        doc = plan_for_compress(t, resolve_budgets(t, latency_ms=1e3, size_mb=1e3, memory_mb=1e4), shape=MINILM_L6, num_labels=2,
+                                preset=preset, excluded=[], task=SimpleNamespace(name="sst2"), max_drop=100.0)  # fmt: skip
+        pts = {(c["candidate"]["prune_method"], c["candidate"]["sparsity"]) for c in doc["considered"]}
+        want = {(None, 0.0)} | {(m, s) for m in preset.prune_methods for s in acc.sparsities(m)}
+        assert pts == want, name
+        assert all(c["prior"]["basis"] == "measured" for c in doc["considered"])
+        assert doc["prior"]["methods_without_rows"] == []
+
+
+def test_compress_prunes_with_the_budget_the_prior_measured():
+    """The prune config compress builds for each method runs exactly the budget of the prior's rows (knobs a method lacks never ran)."""
+    from edgenlp.compress.config import PRESETS
+    from edgenlp.prune import prune_config
+
+    for name, preset in PRESETS.items():
+        acc = AccuracyModel(budgets=preset.prune_budget_map())
+        for method in preset.prune_methods:
+            cfg = prune_config(method, target_sparsity=0.5, **preset.prune_kwargs(method))
+            measured = acc.budget_of(method)
+            ran = {k: getattr(cfg, k) for k in measured if hasattr(cfg, k)}
+            assert ran == {k: v for k, v in measured.items() if hasattr(cfg, k)}, (name, method)
+            # a knob the method's config does not have is the "none of it" value the row recorded (no mask learning)
+            assert all(v == 0.0 for k, v in measured.items() if not hasattr(cfg, k)), (name, method, measured)

@@ -1,0 +1,138 @@
+"""Build the planner's accuracy prior (``targets/accuracy-prior.json``) from measured benchmark results.
+
+Every row of the prior is read from a results file under ``tools/bench/results/``
+and names it, with the locator that finds the number there (task, method,
+target sparsity; or the two quantization variants whose accuracies differ by
+the row's drop). No number is typed here: rerun this after a benchmark rerun.
+
+* pruning: ``prune.json`` (``fast``, ``importance``), ``prune-cofi.json``
+  (CoFi at its short budget) and ``prune-cofi-longer.json`` (CoFi at 5x that
+  budget): the drop in points of each (method, target sparsity) per task,
+  with the budget it was measured at (the prune config's knobs that set how
+  much data and training it spent; ``compress`` presets spend exactly these);
+* quantization: ``quantize.json``: int8 and int4 linears against fp32, an
+  int8 / int4 word table added to int8 / int4 linears, vocabulary trimming
+  added to int4 linears with an int4 table; accuracy through the ExecuTorch
+  bundle.
+
+A row's ``drop`` is the mean over the tasks it was measured on.
+
+    PYTHONPATH=$PWD python tools/bench/accuracy_prior.py            # rewrites targets/accuracy-prior.json
+    PYTHONPATH=$PWD python tools/bench/accuracy_prior.py --check    # exit 1 if the file is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "tools" / "bench" / "results"
+OUT = REPO / "targets" / "accuracy-prior.json"
+SCHEMA = "edgenlp.accuracy-prior/1"
+
+# results file -> the pruning methods read from it (each file measured one budget per method)
+PRUNE_FILES = {"prune.json": ("fast", "importance"), "prune-cofi.json": ("cofi",), "prune-cofi-longer.json": ("cofi",)}
+# the prune config knobs that set a method's budget (how much data and training it spends)
+BUDGET_KEYS = {
+    "fast": ("samples", "max_seq_len", "epochs", "finetune_epochs"),
+    "importance": ("samples", "iterations", "max_seq_len", "epochs", "finetune_epochs"),
+    "cofi": ("train_limit", "epochs", "finetune_epochs", "max_seq_len", "batch_size"),
+}
+# quantization rows: (kind, value, variant, against) in quantize.json
+QUANT_ROWS = (
+    ("bits", "int8", "int8", "fp32"),
+    ("bits", "int4", "int4", "fp32"),
+    ("embeddings", "int8", "int8+emb8", "int8"),
+    ("embeddings", "int4", "int4+emb4", "int4"),
+    ("trim_vocab", True, "int4+emb4+trim", "int4+emb4"),
+)
+DEFAULT_BUDGET_LENGTHS = {"cofi": (2.0, 1.0), "fast": (0.0, 0.0), "importance": (0.0, 0.0)}  # PruneConfig's None = these
+
+
+def budget_of(method: str, config: dict) -> dict:
+    """The budget knobs of a prune config as it ran (``epochs``/``finetune_epochs`` None resolved to the method's defaults)."""
+    out = {}
+    for k in BUDGET_KEYS[method]:
+        v = config.get(k)
+        if v is None and k in ("epochs", "finetune_epochs"):
+            v = DEFAULT_BUDGET_LENGTHS[method][0 if k == "epochs" else 1]
+        out[k] = float(v) if k in ("epochs", "finetune_epochs") else v
+    return out
+
+
+def prune_rows() -> list[dict]:
+    rows: dict[tuple, dict] = {}
+    for fname, methods in PRUNE_FILES.items():
+        doc = json.loads((RESULTS / fname).read_text())
+        for r in doc["rows"]:
+            if r["method"] not in methods:
+                continue
+            run = doc["tasks"][r["task"]]["runs"][f"{r['method']}-{round(100 * r['target'])}"]
+            budget = budget_of(r["method"], run["report"]["config"])
+            key = (r["method"], float(r["target"]), json.dumps(budget, sort_keys=True))
+            row = rows.setdefault(key, {"method": r["method"], "sparsity": float(r["target"]), "budget": budget, "measured": {},
+                                        "source": f"tools/bench/results/{fname}"})  # fmt: skip
+            row["measured"][r["task"]] = float(r["drop_points"])
+    out = []
+    for row in rows.values():
+        row["drop"] = round(sum(row["measured"].values()) / len(row["measured"]), 4)
+        out.append(row)
+    return sorted(out, key=lambda r: (r["method"], json.dumps(r["budget"], sort_keys=True), r["sparsity"]))
+
+
+def quant_rows() -> list[dict]:
+    doc = json.loads((RESULTS / "quantize.json").read_text())
+    out = []
+    for kind, value, variant, against in QUANT_ROWS:
+        measured = {}
+        for task, variants in doc["tasks"].items():
+            if variant in variants and against in variants:
+                measured[task] = round(100.0 * (variants[against]["acc_executorch"] - variants[variant]["acc_executorch"]), 4)
+        out.append({kind: value, "variant": variant, "against": against, "measured": measured,
+                    "drop": round(sum(measured.values()) / len(measured), 4), "source": "tools/bench/results/quantize.json"})  # fmt: skip
+    return out
+
+
+def build() -> dict:
+    q = quant_rows()
+    return {
+        "schema": SCHEMA,
+        "about": ("Predicted dev-accuracy drop (points) of MiniLM-L6 classifiers against the uncompressed fine-tuned model, "
+                  "measured rows only (built by tools/bench/accuracy_prior.py from the results files each row names). "
+                  "A pruning row holds at the budget it was measured at; a quantization row is the accuracy through the "
+                  "ExecuTorch bundle of one variant against another. The teachers were fine-tuned beyond the quick preset's "
+                  "budget (prune.md, quantize.md name them)."),
+        "rules": ("Drops add (pruning, linears, word table, trimming). Per layer, fewer bits never predict a smaller drop than "
+                  "more bits (int4 takes int8's drop when its own is smaller; likewise the int4 word table), since their "
+                  "measured difference is within one run's noise. A pruning sparsity between two measured rows is "
+                  "interpolated and one beyond them extrapolated, each labelled so in the plan; a method with no row at "
+                  "the budget asked for is not offered."),
+        "prune": prune_rows(),
+        "bits": [r for r in q if "bits" in r],
+        "embeddings": [r for r in q if "embeddings" in r],
+        "trim_vocab": [r for r in q if "trim_vocab" in r],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 if targets/accuracy-prior.json differs from the results")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    text = json.dumps(build(), indent=2) + "\n"
+    if args.check:
+        same = args.out.is_file() and args.out.read_text() == text
+        print("up to date" if same else f"{args.out} is out of date: rerun tools/bench/accuracy_prior.py")
+        return 0 if same else 1
+    tmp = args.out.with_name(f".{args.out.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,402 @@
+"""Benchmark: early exits and token pruning on a fine-tuned MiniLM-L6, static vs dynamic, ExecuTorch, 1 thread; not CI.
+
+For each case (a task, a sequence length, what is dynamic):
+
+1. ``make_dynamic`` on the fine-tuned teacher (exit heads distilled with the
+   backbone frozen; token thresholds learned; the exit threshold and the token
+   scale calibrated on rows of the *training* split held out for it, to the
+   case's maximum drop). Dev is only ever measured;
+2. export of a dynamic bundle per variant (fp32, and int8 with ``--variants``;
+   ExecuTorch only). A dynamic bundle also holds the static ``forward_<S>``
+   methods: ``static=True`` runs exactly the static bundle's program, so static
+   and dynamic are measured on the same weights and kernels;
+3. on dev at each sentence's real length (the smallest bucket holding it), 1
+   thread, in one process: ``--rounds`` passes over the sentences; in every
+   pass each sentence runs static and dynamic of every variant back to back,
+   in an order that alternates from sentence to sentence and round to round
+   (:func:`tools.bench.harness.round_order`). A sentence's latency is the
+   median of its rounds (model only, tokenization excluded); mean, p50, p90
+   and max are over sentences. Accuracy of each;
+4. latency-vs-accuracy curves: every exit rule at thresholds spread over its
+   validation curve (and keep ratios, where tokens may drop), on the first
+   ``--curve-limit`` sentences, one round.
+
+Writes ``<out>.json``, ``<out>.md`` and ``<out>.png`` (the curves of the last
+case measured) through :class:`tools.bench.harness.Results` (host CPU, ISA
+flags, load averages, commit). Published reference points are marked as such
+(other models, hardware and batch sizes). A rerun with the same ``--workdir``
+reuses trained models and bundles.
+
+    nice -n 10 python tools/bench/dynamic.py --teacher sst2=/tmp/dyn/ft-sst2 --cases sst2 --workdir /tmp/dyn/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# tools/bench/profile.py would shadow the standard library's ``profile`` if this folder led the import path
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from tools.bench.harness import RESULTS, Results, load_average, median, round_order  # noqa: E402
+
+log = logging.getLogger("bench.dynamic")
+
+# name -> what to build and the issue's target for it (speedup of the mean latency vs the same static bundle,
+# at most this many points of extra drop on dev; p90 no more than p90_slower slower than static).
+CASES = {
+    "sst2": dict(task="sst2", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5, val_rows=1000,
+                 train_limit=2000,
+                 target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
+    "banking77": dict(task="banking77", seq=64, exits="all", tokens="none", max_drop=0.5, val_rows=1000,
+                      train_limit=3000, target=dict(speedup=1.3, drop=0.5)),
+    "imdb128-ltp": dict(task="imdb", seq=128, exits="none", tokens="ltp", max_drop=1.0, val_rows=500, train_limit=1500,
+                        target=dict(speedup=2.0, drop=1.0)),
+    "imdb128-ltp-exits": dict(task="imdb", seq=128, exits="all", tokens="ltp", max_drop=1.0, val_rows=500,
+                              train_limit=1500, target=dict(speedup=2.0, drop=1.0)),
+    "imdb256-ltp": dict(task="imdb", seq=256, exits="none", tokens="ltp", max_drop=1.0, val_rows=400, train_limit=1200,
+                        target=dict(speedup=2.0, drop=1.0)),
+}
+
+# Published numbers: other models (BERT-base), other hardware and batch sizes; orientation only, never a baseline.
+# drop = accuracy points lost (None: not recorded in our notes).
+PUBLISHED = [
+    {"method": "PABEE", "what": "BERT-base SST-2, batch 1, early exit (patience)", "speedup": 1.62, "drop": 0.1},
+    {"method": "DeeBERT", "what": "BERT-base GLUE, early exit (entropy): up to ~40% of inference time saved",
+     "speedup": round(1 / 0.6, 2), "drop": None},
+    {"method": "LTP", "what": "learned token pruning, GLUE: 1.9x measured CPU throughput (2.1x fewer FLOPs)",
+     "speedup": 1.9, "drop": 1.0, "drop_is_bound": True},
+    {"method": "Magic Pyramid", "what": "exits + token pruning combined; no number recorded in our notes",
+     "speedup": None, "drop": None},
+]
+
+
+# --------------------------------------------------------------------------- stage 1-2: models and bundles
+
+
+def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> dict:
+    """The dynamic model directory and the dynamic bundle of each variant of ``case`` (reused when present)."""
+    from edgenlp.cli.dynamic import parse_exits
+    from edgenlp.dynamic.api import make_dynamic
+    from edgenlp.dynamic.config import DynamicConfig
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.models.registry import load_model
+
+    out = {}
+    model_dir = work / case / "model"
+    if not (model_dir / "dynamic.json").is_file():
+        model, info = load_model(teacher)
+        cfg = DynamicConfig(exits=parse_exits(spec["exits"]), rule="maxprob", tokens=spec["tokens"],
+                            max_drop=spec["max_drop"], val_rows=spec["val_rows"], train_limit=spec["train_limit"],
+                            max_seq_len=spec["seq"], threads=1)
+        t0 = time.perf_counter()
+        res = make_dynamic(model, info, data, cfg, device="cpu")
+        res.save(model_dir)
+        out["train_seconds"] = round(time.perf_counter() - t0, 1)
+        log.info("%s: trained in %.0fs", case, out["train_seconds"])
+    for variant in variants:
+        bundle = work / case / f"bundle-{variant}"
+        if (bundle / "manifest.json").is_file():
+            continue
+        model, info = load_model(model_dir)
+        if variant == "int8":
+            from edgenlp.quantize.api import quantize_model
+            from edgenlp.quantize.config import QuantizeConfig
+
+            model, info = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+        t0 = time.perf_counter()
+        export_bundle(model, info, bundle, task=data,
+                      config=ExportConfig(formats=("pte",), max_seq_len=spec["seq"], buckets=spec.get("buckets")))
+        out[f"export_seconds_{variant}"] = round(time.perf_counter() - t0, 1)
+        log.info("%s: exported %s in %.0fs", case, variant, out[f"export_seconds_{variant}"])
+    return out
+
+
+# --------------------------------------------------------------------------- stage 3-4: measurement
+
+
+def summarize(lat: list[float]) -> dict:
+    a = np.asarray(lat)
+    return {"mean": float(a.mean()), "p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "max": float(a.max())}
+
+
+def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int | None, rounds: int,
+            curve_limit: int) -> dict:
+    """Static vs dynamic of every variant, interleaved per sentence over ``rounds`` rounds; then the per-rule curves."""
+    from edgenlp.run.base import get_runner
+    from edgenlp.run.dynamic import run_sentence
+    from edgenlp.run.executorch import set_threads
+
+    set_threads(1)  # before any program loads
+    runners = {v: get_runner(work / case / f"bundle-{v}", runtime="executorch", threads=1) for v in variants}
+    first = runners[variants[0]]
+    dev = data.dev.head(dev_limit)
+    gold = np.asarray(dev.label_ids(first.labels))
+    ids = first.token_ids(dev.texts)
+
+    def one(runner, x, settings):
+        t0 = time.perf_counter()
+        p = run_sentence(runner.backend, runner.segments, x, settings, mask_bias=runner.mask_bias, pad_id=runner.pad_id,
+                         num_layers=runner.spec.num_layers)
+        p.latency_ms = 1000 * (time.perf_counter() - t0)
+        return p
+
+    modes = {f"{v}/{m}": (runners[v], r.settings_for(static=(m == "static")))
+             for v, r in runners.items() for m in ("static", "dynamic")}
+    names = list(modes)
+    for name in names:  # warm-up: load every method once (every bucket)
+        for x in sorted(ids, key=len)[:: max(1, len(ids) // 8)]:
+            one(*modes[name][:1], x, modes[name][1])
+    la0 = load_average()
+    lat = {k: [[] for _ in ids] for k in names}
+    preds: dict = {}
+    for r in range(rounds):
+        for i, x in enumerate(ids):
+            for k in round_order(names, r + i):
+                p = one(modes[k][0], x, modes[k][1])
+                lat[k][i].append(p.latency_ms)
+                preds.setdefault(k, [None] * len(ids))[i] = p  # decisions are deterministic: any round's
+        log.info("%s: round %d/%d done (load %s)", case, r + 1, rounds, load_average())
+    la1 = load_average()
+    per_sentence = {k: [median(v) for v in lat[k]] for k in names}
+    result = {"n": len(ids), "rounds": rounds,
+              "lengths": {"mean": float(np.mean([len(x) for x in ids])), "p90": float(np.percentile([len(x) for x in ids], 90)),
+                          "max": int(max(len(x) for x in ids))},
+              "load_avg": {"start": la0, "end": la1}, "variants": {}}
+    for v, runner in runners.items():
+        s, d = preds[f"{v}/static"], preds[f"{v}/dynamic"]
+        acc_s = float((np.array([p.logits.argmax() for p in s]) == gold).mean())
+        acc_d = float((np.array([p.logits.argmax() for p in d]) == gold).mean())
+        ls, ld = summarize(per_sentence[f"{v}/static"]), summarize(per_sentence[f"{v}/dynamic"])
+        ratio = np.array(per_sentence[f"{v}/static"]) / np.array(per_sentence[f"{v}/dynamic"])
+        L = runner.spec.num_layers
+        exits = {str(l): int(sum(p.exit_layer == l for p in d)) for l in runner.spec.exits}
+        reached, tokens = np.zeros(L), np.zeros(L)
+        for p in d:
+            reached[: len(p.tokens)] += 1
+            tokens[: len(p.tokens)] += p.tokens
+        result["variants"][v] = {
+            "static": {"accuracy": acc_s, "latency_ms": ls}, "dynamic": {"accuracy": acc_d, "latency_ms": ld},
+            "extra_drop_points": round(100 * (acc_s - acc_d), 3),
+            "speedup_mean": ls["mean"] / ld["mean"], "p90_ratio": ld["p90"] / ls["p90"],
+            "per_sentence_speedup_median": float(np.median(ratio)),
+            "exit_layers": exits, "mean_exit_layer": float(np.mean([p.exit_layer for p in d])),
+            "tokens_kept": [float(t / r) if r else None for t, r in zip(tokens, reached)],
+            "same_prediction_static_dynamic": int(sum(a.logits.argmax() == b.logits.argmax() for a, b in zip(s, d))),
+            "settings": {"rule": runner.spec.rule, "threshold": runner.spec.threshold, "tokens": runner.spec.tokens,
+                         "token_thresholds": list(runner.spec.token_thresholds), "keep_ratio": runner.spec.keep_ratio},
+        }
+    report = json.loads((work / case / "model" / "dynamic-report.json").read_text())
+    result["validation"] = {k: v for k, v in report["validation"].items() if k != "curves"}
+    result["validation"]["split"] = report["task"]
+    static_lat = {v: per_sentence[f"{v}/static"][:curve_limit] for v in runners}
+    static_pred = {v: preds[f"{v}/static"][:curve_limit] for v in runners}
+    result["curves"] = curves(case, report, runners, ids[:curve_limit], gold[:curve_limit], static_lat, static_pred, one)
+    for r in runners.values():
+        r.close()
+    return result
+
+
+def curve_thresholds(report: dict, rule: str, k: int = 7) -> list[float]:
+    """``k`` thresholds spread over ``rule``'s validation curve (by relative cost), from the dynamic step's report."""
+    pts = report["validation"]["curves"][rule]
+    if rule == "patience":
+        return sorted({p["threshold"] for p in pts})
+    pts = sorted(pts, key=lambda p: p["cost"])
+    idx = np.unique(np.linspace(0, len(pts) - 1, k).round().astype(int))
+    return sorted({pts[i]["threshold"] for i in idx})
+
+
+def curves(case, report, runners, ids, gold, static_lat, static_pred, one) -> dict:
+    """Mean latency and accuracy of each rule at several thresholds (and of keep ratios without exits), one round."""
+    n = len(ids)
+    out = {}
+    for v, r in runners.items():
+        static = static_lat[v]
+        static_acc = float((np.array([p.logits.argmax() for p in static_pred[v]]) == gold).mean())
+        per = {"static": {"latency_ms": float(np.mean(static)), "accuracy": static_acc}}
+        settings = []
+        if len(r.spec.exits) > 1:
+            for rule in ("maxprob", "entropy", "patience"):
+                for t in curve_thresholds(report, rule):
+                    settings.append((rule, t, r.settings_for(rule=rule, exit_threshold=t)))
+        if r.spec.token_layers:
+            for keep in (1.0, 0.8, 0.6, 0.5, 0.4, 0.3):
+                settings.append(("keep", keep, r.settings_for(keep=keep, exits=False)))
+        pts = []
+        for name, t, st in settings:
+            got = [one(r, x, st) for x in ids]
+            acc = float((np.array([p.logits.argmax() for p in got]) == gold).mean())
+            lat = float(np.mean([p.latency_ms for p in got]))
+            pts.append({"rule": name, "threshold": t, "accuracy": acc, "latency_ms": lat,
+                        "speedup": per["static"]["latency_ms"] / lat, "drop_points": 100 * (static_acc - acc),
+                        "mean_exit_layer": float(np.mean([p.exit_layer for p in got]))})
+            log.info("%s %s %s=%s: %.2fx, drop %.2f", case, v, name, t, pts[-1]["speedup"], pts[-1]["drop_points"])
+        per["points"] = pts
+        out[v] = per
+    return {"sentences": n, "by_variant": out}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def plot(results: dict, path: Path) -> None:
+    """Accuracy change against speedup: one panel per measured case and variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [(c, v) for c, res in results["cases"].items() if "variants" in res for v in res["variants"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (case, v) in zip(axes[0], panels):
+        res = results["cases"][case]
+        cur = res["curves"]["by_variant"][v]
+        for rule in ("maxprob", "entropy", "patience", "keep"):
+            pts = sorted([p for p in cur["points"] if p["rule"] == rule], key=lambda p: p["speedup"])
+            if pts:
+                ax.plot([p["speedup"] for p in pts], [-p["drop_points"] for p in pts], "o-", ms=3,
+                        label=rule if rule != "keep" else "keep ratio (no exits)")
+        ax.plot([1.0], [0.0], "ks", label="static")
+        h = res["variants"][v]
+        ax.plot([h["speedup_mean"]], [-h["extra_drop_points"]], "r*", ms=12, label="calibrated threshold (all measured dev rows)")
+        for p in PUBLISHED:
+            if p["speedup"] is not None and p["drop"] is not None:
+                ax.plot([p["speedup"]], [-p["drop"]], "x", color="gray")
+                ax.annotate(f"{p['method']} (published{', bound' if p.get('drop_is_bound') else ''})",
+                            (p["speedup"], -p["drop"]), fontsize=7, color="gray")
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_title(f"{case}, {v} (ExecuTorch, 1 thread)")
+        ax.set_xlabel("mean-latency speedup vs the same static bundle")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("dev accuracy change (points)")
+    axes[0][-1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def target_met(t: dict, r: dict) -> bool:
+    """Whether measured row ``r`` meets the issue's target ``t`` (the case's ``spec["target"]``)."""
+    return r["speedup_mean"] >= t["speedup"] and r["extra_drop_points"] <= t["drop"] and (
+        "p90_slower" not in t or r["p90_ratio"] <= 1 + t["p90_slower"])
+
+
+def target_text(t: dict) -> str:
+    return f"≥{t['speedup']}x at ≤{t['drop']} pts" + (f", p90 ≤{1 + t['p90_slower']:.2f}x static" if "p90_slower" in t else "")
+
+
+def results_table(results: dict) -> str:
+    """The measured table (also what the README shows)."""
+    lines = ["| case | variant | dev rows | static acc | dynamic acc | extra drop (pts) | static mean / p90 ms "
+             "| dynamic mean / p90 ms | speedup (mean) | p90 ratio | mean exit layer | tokens per layer | issue target |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    for case, res in results["cases"].items():
+        if "variants" not in res:
+            continue
+        for v, r in res["variants"].items():
+            lines.append(
+                f"| {case} | {v} | {res['n']} | {100 * r['static']['accuracy']:.2f} | {100 * r['dynamic']['accuracy']:.2f} "
+                f"| {r['extra_drop_points']:.2f} | {r['static']['latency_ms']['mean']:.2f} / {r['static']['latency_ms']['p90']:.2f} "
+                f"| {r['dynamic']['latency_ms']['mean']:.2f} / {r['dynamic']['latency_ms']['p90']:.2f} "
+                f"| {r['speedup_mean']:.2f}x | {r['p90_ratio']:.2f} | {r['mean_exit_layer']:.2f} "
+                f"| {', '.join(f'{x:.0f}' if x is not None else '-' for x in r['tokens_kept'])} "
+                f"| {target_text(res['spec']['target'])}: {'met' if target_met(res['spec']['target'], r) else 'not met'} |")
+    return "\n".join(lines)
+
+
+def markdown(results: dict) -> str:
+    lines = ["# Dynamic inference: early exits and token pruning (MiniLM-L6)", "",
+             "ExecuTorch Python runtime, 1 thread, batch 1, each dev sentence padded to the smallest bucket that holds it "
+             "(buckets per case: " + ", ".join(f"{c} {list(r['spec'].get('buckets') or ['default'])}" for c, r in results["cases"].items())
+             + "). "
+             "Static = the `forward_<S>` methods of the same bundle (the static bundle's program, same weights and "
+             "kernels); static and dynamic of every variant interleaved per sentence, a sentence's latency the median "
+             "of its rounds; mean/p90 over sentences. Thresholds calibrated on held-out *training* rows; every number "
+             "below is dev.", "", results_table(results), ""]
+    lines += ["Load averages (1/5/15 min) at the start and end of each case's measurement: " + "; ".join(
+        f"{c}: {r['load_avg']['start']} → {r['load_avg']['end']}" for c, r in results["cases"].items() if "load_avg" in r), ""]
+    for c, r in results["cases"].items():
+        if "variants" not in r:
+            continue
+        st = next(iter(r["variants"].values()))["settings"]
+        val = r.get("validation", {})
+        ch = val.get("chosen", {})
+        lines.append(f"- {c}: {st['rule']} threshold {st['threshold']:.4g}"
+                     + (f", token thresholds {[round(x, 3) for x in st['token_thresholds'] if x is not None]}" if st["tokens"] == "ltp" else "")
+                     + (f", keep ratio {st['keep_ratio']:g}" if st["tokens"] == "keep" else "")
+                     + f"; on {val.get('split', {}).get('val_rows', '?')} held-out training rows: drop "
+                     f"{ch.get('drop', float('nan')):.2f} points at {ch.get('cost', float('nan')):.2f}x the static FLOPs")
+    lines += ["", "## Published reference points (other models, hardware and batch sizes: orientation, not baselines)", "",
+              "| method | setting | speedup | accuracy drop (pts) |", "|---|---|---|---|"]
+    for p in PUBLISHED:
+        lines.append(f"| {p['method']} | {p['what']} | {p['speedup'] if p['speedup'] is not None else 'n/a'} | "
+                     f"{('≤' if p.get('drop_is_bound') else '') + str(p['drop']) if p['drop'] is not None else 'n/a'} |")
+    lines += ["", "Curves (`dynamic.png`): every rule at thresholds spread over its validation curve, and keep "
+              "ratios without exits where tokens may drop, on the first sentences of the measured set (one round); "
+              "x = mean-latency speedup vs the same static bundle, y = accuracy change.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--teacher", action="append", default=[], metavar="TASK=DIR", help="A fine-tuned model directory per task.")
+    ap.add_argument("--cases", nargs="+", default=["sst2"], choices=list(CASES))
+    ap.add_argument("--variants", nargs="+", default=["fp32", "int8"], choices=["fp32", "int8"])
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--dev-limit", type=int, default=None, help="Measure only the first N dev rows (all cases).")
+    ap.add_argument("--imdb-dev-limit", type=int, default=300, help="Dev rows measured for the IMDB cases.")
+    ap.add_argument("--rounds", type=int, default=3, help="Passes over the dev rows (a sentence's latency: their median).")
+    ap.add_argument("--curve-limit", type=int, default=300, help="Sentences per curve point.")
+    ap.add_argument("--stage", choices=["build", "measure", "all"], default="all")
+    ap.add_argument("--out", type=Path, default=RESULTS / "dynamic")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for name in ("torchao", "torch", "executorch", "onnxscript", "onnx_ir"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    import warnings
+
+    import torch
+
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    from edgenlp.data.tasks import load_task
+
+    bench = Results(script="dynamic", threads=1)
+    teachers = dict(t.split("=", 1) for t in args.teacher)
+    out_json = args.out.with_suffix(".json")
+    results = json.loads(out_json.read_text()) if out_json.is_file() else {"cases": {}}
+    results.pop("host", None)
+    for case in args.cases:
+        spec = CASES[case]
+        if spec["task"] not in teachers:
+            log.warning("%s: no --teacher %s=DIR, skipped", case, spec["task"])
+            continue
+        data = load_task(spec["task"])
+        entry = results["cases"].setdefault(case, {})
+        entry["spec"] = {k: v for k, v in spec.items()}
+        entry["teacher"] = teachers[spec["task"]]
+        if args.stage in ("build", "all"):
+            entry.setdefault("build", {}).update(build(case, spec, Path(teachers[spec["task"]]), args.workdir, data,
+                                                       args.variants))
+        if args.stage in ("measure", "all"):
+            limit = args.imdb_dev_limit if spec["task"] == "imdb" else args.dev_limit
+            entry.update(measure(case, spec, args.workdir, data, args.variants, dev_limit=limit, rounds=args.rounds,
+                                 curve_limit=args.curve_limit))
+        measured = any("variants" in r for r in results["cases"].values())
+        bench.write(args.out, results, markdown(results), plot=(lambda p: plot(results, p)) if measured else None)
+        log.info("%s done; wrote %s", case, out_json)
+
+
+if __name__ == "__main__":
+    main()

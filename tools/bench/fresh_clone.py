@@ -1,0 +1,149 @@
+"""Benchmark: what a new user waits for, timed in a fresh clone (not CI; takes most of an hour).
+
+Clones this repository's ``HEAD`` into a temporary folder (no virtualenv, no
+native build, nothing cached in the clone) and times, one after the other:
+
+1. ``bash tools/setup.sh`` — set-up alone (virtualenv, pinned dependencies,
+   Debian packages for the native runtime, the native build);
+2. ``bash .ci/run`` — the test suite as CI runs it (set-up again, now a no-op);
+3. ``bash tools/setup.sh run`` — the main job (``edgenlp compress`` on its defaults).
+
+Each step records its wall time and the load average before and after it
+(other jobs on a shared machine lengthen every step; the load says how much).
+Writes ``tools/bench/results/fresh-clone.{json,md}`` with the host's CPU model
+and ISA flags, the date and the commit; ``tools/readme.py`` renders the JSON
+into the README.
+
+    python tools/bench/fresh_clone.py                      # all three steps
+    python tools/bench/fresh_clone.py --skip-suite         # set-up and main job only
+    python tools/bench/fresh_clone.py --data-dir /data     # where the clone finds sst2/ (default: this checkout's)
+
+JSON keys: ``setup_s``, ``suite_s``, ``main_job_s`` (null when skipped),
+``host`` (CPU model), ``isa_flags``, ``cores``, ``load`` (per step: 1/5/15-minute
+load averages before and after), ``date``, ``commit``, ``steps`` (command,
+exit status, seconds, log file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "tools" / "bench" / "results"
+STEPS = (("setup", ["bash", "tools/setup.sh"]), ("suite", ["bash", ".ci/run"]), ("main_job", ["bash", "tools/setup.sh", "run"]))
+
+log = logging.getLogger("fresh_clone")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _host() -> dict:
+    sys.path.insert(0, str(REPO))
+    from edgenlp.utils import cpu_info
+
+    info = cpu_info()
+    return {"host": info.get("model") or "unknown CPU", "isa_flags": " ".join(info.get("isa", ())), "cores": info.get("cpu_count")}
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def run_steps(clone: Path, *, skip: set[str], env: dict, logs: Path) -> dict:
+    out: dict = {"steps": {}, "load": {}}
+    for name, argv in STEPS:
+        if name in skip:
+            out[f"{name}_s"] = None
+            continue
+        log_file = logs / f"{name}.log"
+        before = _load()
+        log.info("%s: %s (load %s)", name, " ".join(argv), before)
+        t0 = time.perf_counter()
+        with open(log_file, "w") as f:
+            rc = subprocess.run(argv, cwd=clone, env=env, stdout=f, stderr=subprocess.STDOUT).returncode
+        seconds = round(time.perf_counter() - t0, 1)
+        after = _load()
+        out[f"{name}_s"] = seconds
+        out["load"][name] = {"before": before, "after": after}
+        out["steps"][name] = {"command": " ".join(argv), "exit_status": rc, "seconds": seconds, "log": str(log_file)}
+        log.info("%s: %.0f s, exit %d", name, seconds, rc)
+        if rc != 0:
+            log.error("%s failed (exit %d); see %s", name, rc, log_file)
+            break
+    return out
+
+
+def markdown(doc: dict) -> str:
+    def fmt(s):
+        return "not run" if s is None else f"{s:.0f} s ({int(s) // 60} min {int(s) % 60:02d} s)"
+
+    lines = [f"# A fresh clone, timed (tools/bench/fresh_clone.py, {doc['date']})", "",
+             f"Host: {doc['host']}, {doc['cores']} cores, ISA flags {doc['isa_flags']}. Commit {doc['commit'][:12]}.", "",
+             "| step | command | wall time | load before → after (1/5/15 min) | exit |", "|---|---|---:|---|---:|"]
+    for name, _ in STEPS:
+        step = doc["steps"].get(name)
+        if step is None:
+            lines.append(f"| {name} | | not run | | |")
+            continue
+        load = doc["load"][name]
+        lines.append(f"| {name} | `{step['command']}` | {fmt(step['seconds'])} | "
+                     f"{' / '.join(map(str, load['before']))} → {' / '.join(map(str, load['after']))} | {step['exit_status']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skip-suite", action="store_true", help="do not run .ci/run")
+    ap.add_argument("--skip-main-job", action="store_true", help="do not run the main job")
+    ap.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: the one this checkout uses)")
+    ap.add_argument("--workdir", type=Path, default=None, help="clone here (default: a temporary folder, removed after)")
+    ap.add_argument("--out", type=Path, default=RESULTS / "fresh-clone", help="output stem (.json and .md)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+    sys.path.insert(0, str(REPO))
+    from edgenlp.data.tasks import default_data_dir
+
+    data_dir = (args.data_dir or default_data_dir()).resolve()
+    if not (data_dir / "sst2" / "train.tsv").is_file():
+        log.error("no sst2/train.tsv under %s: pass --data-dir", data_dir)
+        return 2
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="edgenlp-fresh-"))
+    clone = workdir / "edgenlp"
+    if clone.exists():
+        log.error("%s exists: pass an empty --workdir", clone)
+        return 2
+    commit = _commit()
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "checkout", "--quiet", commit], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["EDGENLP_DATA_DIR"] = str(data_dir)
+    logs = workdir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    skip = {name for name, flag in (("suite", args.skip_suite), ("main_job", args.skip_main_job)) if flag}
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, **_host(), "data_dir": str(data_dir)}
+    doc.update(run_steps(clone, skip=skip, env=env, logs=logs))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_name(args.out.name + ".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, args.out.with_suffix(".json"))
+    args.out.with_suffix(".md").write_text(markdown(doc))
+    log.info("wrote %s.{json,md}", args.out)
+    if args.workdir is None and all(s["exit_status"] == 0 for s in doc["steps"].values()):
+        shutil.rmtree(workdir)
+    return 0 if all(s["exit_status"] == 0 for s in doc["steps"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -38,3 +38,20 @@ def test_layer_contract_holds():
     proc = subprocess.run([str(lint), "--config", str(REPO / "pyproject.toml"), "--no-cache"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_lazy_exports_are_not_shadowed_by_submodules():
+    """A package that loads its names on first use must not name a submodule like an export:
+    once the submodule is imported, the import system sets the package attribute to the module and
+    ``from pkg import name`` returns the module instead of the function (order-dependent failures)."""
+    clashes = []
+    for init in sorted((REPO / "edgenlp").rglob("__init__.py")):
+        text = init.read_text()
+        if "_EXPORTS" not in text:
+            continue
+        namespace: dict = {}
+        start = text.index("_EXPORTS = {")
+        exec(text[start:text.index("}", start) + 1], namespace)  # the literal table only
+        submodules = {p.stem for p in init.parent.glob("*.py")} | {p.name for p in init.parent.iterdir() if p.is_dir()}
+        clashes += [f"{init.parent.name}.{n}" for n in namespace["_EXPORTS"] if n in submodules]
+    assert clashes == []

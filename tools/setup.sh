@@ -60,6 +60,6 @@ fi
 case "$action" in
   setup) log "ready: source .venv/bin/activate" ;;
   run) exec .venv/bin/edgenlp compress --out out/compress "$@" ;;
-  test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider "$@" ;;
+  test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider --durations=25 "$@" ;;
   *) echo "error: unknown action '$action' (use run, test or nothing)" >&2; exit 2 ;;
 esac

@@ -116,7 +116,7 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
     """
     from edgenlp.finetune.trainer import encode_split, evaluate, load_tokenizer
     from edgenlp.prune.common import PruneData, progress_bar
-    from edgenlp.prune.distill import distill_finetune
+    from edgenlp.prune.distiller import distill_finetune
     from edgenlp.recipe import Step
     from edgenlp.utils import environment, resolve_device
 

@@ -4,7 +4,7 @@ Hard-concrete (L0) gates on every granularity: heads, whole attention
 sublayers, FFN neurons, whole FFN sublayers and hidden dimensions (one gate
 vector shared by the embeddings and every layer). The model and the gates are
 trained together with distillation from the unpruned model
-(:class:`~edgenlp.prune.distill.Distiller`) plus a Lagrangian term
+(:class:`~edgenlp.prune.distiller.Distiller`) plus a Lagrangian term
 ``l1 (s - t) + l2 (s - t)^2`` on the *expected* sparsity ``s`` of the gated
 model (in encoder parameters or FLOPs), whose multipliers are trained by
 gradient ascent; the target ``t`` ramps linearly from 0 over the first
@@ -28,7 +28,7 @@ from torch import nn
 from edgenlp.models.encoder import EncoderClassifier
 from edgenlp.prune.common import PruneData, UnitCosts, fit_to_budget, model_device, shape_size, size_fn, snap_widths
 from edgenlp.prune.config import CofiConfig, PruneConfig
-from edgenlp.prune.distill import Distiller
+from edgenlp.prune.distiller import Distiller
 from edgenlp.prune.masks import Gates, LayerMask, MaskDict, fold_gates, masked_forward, shape_summary
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def learn(model: EncoderClassifier, data: PruneData, config: CofiConfig, *, teac
 
     ``model`` is not changed; ``teacher`` (default ``model``) is what the student distils from.
     """
-    from edgenlp.prune.distill import distill_finetune
+    from edgenlp.prune.distiller import distill_finetune
     from edgenlp.prune.surgery import apply_masks
 
     shape = model.shape

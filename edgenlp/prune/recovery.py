@@ -4,7 +4,7 @@ After any pruning (``fast``, ``importance``, ``cofi``) the smaller model has
 lost accuracy that a short distillation from the model it was pruned from
 gives back. :func:`distill` trains the student with the trainer's own step
 (:func:`edgenlp.finetune.trainer.train_step`) on the loss of
-:class:`~edgenlp.prune.distill.Distiller` (the one CoFi distils with) given a
+:class:`~edgenlp.prune.distiller.Distiller` (the one CoFi distils with) given a
 fixed layer map instead of CoFi's dynamic matching:
 
 - the logits: KL divergence to the teacher's at ``temperature``;
@@ -242,7 +242,7 @@ def distill(student: EncoderClassifier, info: ModelInfo, teacher: EncoderClassif
     """
     from edgenlp.finetune.trainer import build_optimizer, encode_split, evaluate, load_tokenizer, lr_factor, train_step
     from edgenlp.prune.common import PruneData, progress_bar
-    from edgenlp.prune.distill import Distiller
+    from edgenlp.prune.distiller import Distiller
     from edgenlp.recipe import Step
     from edgenlp.utils import environment, resolve_device
 

@@ -160,3 +160,79 @@ def resolve_device(spec: str = "auto") -> str:
     if spec == "cuda" and not torch.cuda.is_available():
         raise EdgeNLPError("--device cuda: no CUDA device is available (this torch build or machine has none)")
     return spec
+
+
+class LineProgress:
+    """What a progress bar says, as plain lines, for a stderr that is not a terminal (a log file, CI).
+
+    Takes the calls of :class:`rich.progress.Progress` that edgenlp makes (``add_task``, ``update``,
+    ``advance``) and writes ``description: done/total (pct%) fields, elapsed`` at most once every
+    ``every_s`` seconds per task, and once when a task completes, so a long step redirected to a file
+    still shows that it moves (rich draws nothing there until the end).
+    """
+
+    def __init__(self, *, every_s: float = 30.0, stream=None, clock=None) -> None:
+        import sys
+        import time
+
+        self.every_s = every_s
+        self.stream = stream if stream is not None else sys.stderr
+        self.clock = clock or time.monotonic
+        self.tasks: dict[int, dict] = {}
+
+    def __enter__(self) -> "LineProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None, **fields) -> int:
+        task_id = len(self.tasks)
+        now = self.clock()
+        self.tasks[task_id] = {"description": description, "total": total, "completed": 0.0, "fields": fields,
+                               "start": now, "last": now, "done": False}
+        return task_id
+
+    def advance(self, task_id: int, advance: float = 1) -> None:
+        self.update(task_id, advance=advance)
+
+    def update(self, task_id: int, *, advance: float | None = None, completed: float | None = None,
+               total: float | None = None, description: str | None = None, **fields) -> None:
+        t = self.tasks[task_id]
+        if total is not None:
+            t["total"] = total
+        if description is not None:
+            t["description"] = description
+        if completed is not None:
+            t["completed"] = completed
+        if advance is not None:
+            t["completed"] += advance
+        t["fields"].update(fields)
+        now = self.clock()
+        finished = t["total"] is not None and t["completed"] >= t["total"]
+        if (finished and not t["done"]) or now - t["last"] >= self.every_s:
+            t["last"], t["done"] = now, finished
+            self.stream.write(self.line(task_id, now) + "\n")
+            self.stream.flush()
+
+    def line(self, task_id: int, now: float) -> str:
+        t = self.tasks[task_id]
+        done = f"{t['completed']:g}"
+        if t["total"]:
+            done += f"/{t['total']:g} ({100.0 * t['completed'] / t['total']:.0f}%)"
+        fields = [f"{k} {v:.4g}" if isinstance(v, float) else str(v) for k, v in t["fields"].items()
+                  if v not in ("", None)]
+        elapsed = int(now - t["start"])
+        return ", ".join([f"{t['description']}: {done}", *fields, f"{elapsed // 60}m{elapsed % 60:02d}s elapsed"])
+
+
+def progress_display(show: bool, make_bar):
+    """The progress display of a long step: ``make_bar()`` (a rich progress bar) on a terminal,
+    :class:`LineProgress` when stderr is not one, or a no-op context giving ``None`` when not ``show``."""
+    import sys
+
+    if not show:
+        return contextlib.nullcontext(None)
+    if not getattr(sys.stderr, "isatty", lambda: False)():
+        return LineProgress()
+    return make_bar()

@@ -4,6 +4,7 @@
 #   bash runtime/build.sh                         # host (x86_64) -> runtime/build/x86_64
 #   bash runtime/build.sh --arch aarch64          # cross -> runtime/build/aarch64 (downloads the aarch64 wheel once)
 #   bash runtime/build.sh --sanitize              # ASan + UBSan -> runtime/build-asan/x86_64
+#   bash runtime/build.sh --target edgenlp-run    # only these CMake targets (repeatable; default: all)
 #   bash runtime/build.sh --build-dir DIR --fuzz  # libFuzzer targets (clang)
 #   bash runtime/build.sh [--arch A] --package    # + the SDK archive (stripped):
 #       runtime/dist/edgenlp-runtime-<version>-linux-<arch>.tar.gz; prints its path last
@@ -19,6 +20,7 @@ sanitize=0
 fuzz=0
 package=0
 build_dir=""
+targets=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --arch) arch="$2"; shift 2 ;;
@@ -26,7 +28,8 @@ while [[ $# -gt 0 ]]; do
     --fuzz) fuzz=1; shift ;;
     --package) package=1; shift ;;
     --build-dir) build_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --target) targets+=(--target "$2"); shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,12 +86,13 @@ cmake_args+=(-DEDGENLP_WITH_QUANTIZED_KERNELS="${EDGENLP_WITH_QUANTIZED_KERNELS:
 mkdir -p "$(dirname "$build_dir")"
 cmake -S "$here" -B "$build_dir" -DEXECUTORCH_ROOT="$et_root" "${cmake_args[@]}" >"$build_dir.configure.log" 2>&1 \
   || { cat "$build_dir.configure.log" >&2; exit 1; }
-cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" -- --no-print-directory >"$build_dir.build.log" 2>&1 \
+cmake --build "$build_dir" -j "${JOBS:-$(nproc)}" ${targets[@]+"${targets[@]}"} -- --no-print-directory >"$build_dir.build.log" 2>&1 \
   || { tail -50 "$build_dir.build.log" >&2; exit 1; }
 echo "$build_dir"
 
 if [[ $package -eq 1 ]]; then
-  [[ $sanitize -eq 0 && $fuzz -eq 0 ]] || { echo "build.sh: --package makes a release build only" >&2; exit 2; }
+  [[ $sanitize -eq 0 && $fuzz -eq 0 && ${#targets[@]} -eq 0 ]] \
+    || { echo "build.sh: --package makes a whole release build only (no --sanitize, --fuzz or --target)" >&2; exit 2; }
   # cpack stages a stripped install (cmake/install.cmake) and tars it; the archive
   # appears in runtime/dist/ only once complete.
   rm -rf "$build_dir/package"

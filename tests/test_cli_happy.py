@@ -7,7 +7,6 @@ exit status. Bad inputs live in test_cli_errors.py.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -152,29 +151,7 @@ def test_quantize_mixed_trim_vocab_max_drop_size_mb(tiny_model_dir, word_task, t
     assert len(kept) < 100 and b.manifest["tokenizer"]["id_map"], len(kept)  # --trim-vocab: the task's words + specials
 
 
-# --------------------------------------------------------------------------- compress
-
-
-@pytest.fixture
-def quick_tiny(monkeypatch):
-    """The quick preset scaled to the tiny task (a few steps, few timed runs), as test_compress_e2e does."""
-    from edgenlp.compress import config as compress_config
-
-    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=12, train_limit=None, priming_steps=4,
-                                prune_samples=8, profile_runs=2)
-    monkeypatch.setitem(compress_config.PRESETS, "quick", small)
-
-
-def test_compress_from_the_command_line(tiny_model_dir, tiny_task_dir, tmp_path, quick_tiny, monkeypatch, fake_calibrate):
-    monkeypatch.setenv("EDGENLP_CACHE_DIR", str(tmp_path / "cache"))
-    out = tmp_path / "run"
-    invoke("compress", "--model", tiny_model_dir, "--task", tiny_task_dir, "--target", "host", "--seq-len", "32",
-           "--size-mb", "3", "--max-drop", "1.0", "--device", "cpu", "--out", out, "-q")
-    doc = json.loads((out / "compress.json").read_text())
-    assert doc["passed"] and (out / "bundle" / "manifest.json").is_file() and (out / "report.md").is_file()
-    assert doc["budgets"]["size_mb"] == 3.0 and doc["predicted"]["size_mb"]["passed"]
-    assert doc["predicted"]["accuracy"]["drop_points"] <= 1.0
-    assert doc["recipe"] == json.loads((out / "bundle" / "manifest.json").read_text())["applied"]
+# `compress` on the command line: tests/compress/test_compress_e2e.py resumes its run through the CLI.
 
 
 # --------------------------------------------------------------------------- targets calibrate

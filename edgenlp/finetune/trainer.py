@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from edgenlp.finetune.config import FinetuneConfig
 from edgenlp.finetune.methods import METHOD_TYPES, Phase
 from edgenlp.metrics import classification_report
 from edgenlp.models.encoder import EncoderClassifier, ModelInfo
-from edgenlp.utils import atomic_write_json, environment, peak_rss_mb
+from edgenlp.utils import atomic_write_json, environment, peak_rss_mb, progress_display
 
 log = logging.getLogger(__name__)
 
@@ -167,8 +166,11 @@ def describe_groups(groups: list[dict]) -> list[dict]:
 
 
 def _progress(show: bool):
-    if not show:
-        return nullcontext(None)
+    """A rich bar on a terminal, plain lines on a redirected stderr (:func:`edgenlp.utils.progress_display`)."""
+    return progress_display(show, _rich_bar)
+
+
+def _rich_bar():
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 

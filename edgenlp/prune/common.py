@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -12,6 +11,7 @@ import torch
 from edgenlp.models.encoder import EncoderShape
 from edgenlp.prune.config import PruneConfig
 from edgenlp.prune.masks import encoder_flops, encoder_params
+from edgenlp.utils import progress_display
 
 
 @dataclass
@@ -159,12 +159,14 @@ def snap_widths(keep_heads: list[list[bool]], keep_neurons: list[list[bool]], ne
 
 
 def progress_bar(show: bool, *, fields: tuple[str, ...] = ("info",)):
-    """A rich progress bar on stderr (or a no-op context giving None)."""
-    if not show:
-        return nullcontext(None)
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    """A rich progress bar on stderr, plain lines when stderr is not a terminal, or a no-op context giving None."""
 
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    *(TextColumn(f"{{task.fields[{f}]}}") for f in fields), TimeElapsedColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True), transient=False)
+    def rich_bar():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        *(TextColumn(f"{{task.fields[{f}]}}") for f in fields), TimeElapsedColumn(),
+                        TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+    return progress_display(show, rich_bar)

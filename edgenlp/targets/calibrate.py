@@ -36,6 +36,7 @@ from typing import Callable, Sequence
 
 from edgenlp.models.encoder import EncoderShape
 from edgenlp.targets.costmodel import CostTable, Observation, cpu_key
+from edgenlp.utils import progress_display
 
 log = logging.getLogger(__name__)
 
@@ -231,7 +232,8 @@ def calibrate(*, shapes: Sequence[EncoderShape] | None = None, runtime_precision
     with contextlib.ExitStack() as stack:
         if workdir is None:
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="edgenlp-calibrate-"))
-        bar = stack.enter_context(Progress(disable=not progress, transient=True))
+        bar = stack.enter_context(progress_display(True, lambda: Progress(disable=not progress, transient=True))
+                                  if progress else Progress(disable=True))
         task = bar.add_task("calibrating", total=len(steps))
         ref_first, gemm = None, None
         factors = []

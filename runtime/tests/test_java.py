@@ -94,7 +94,7 @@ def test_java_binding(host_sdk, host_build, tiny_bundle, tmp_path):
 def test_java_binding_under_asan(host_sdk, tiny_bundle, tmp_path):
     """The same program with libedgenlp + the JNI layer built with ASan + UBSan, preloaded into the JVM."""
     java = _java()
-    asan = build("--sanitize")
+    asan = build("--sanitize", "--target", "edgenlp_jni", "--target", "edgenlp_java_tests")
     if not (asan / "java/libedgenlp_jni.so").is_file():
         pytest.skip("the sanitizer build has no Java binding")
     libasan = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True, text=True).stdout.strip()

@@ -25,7 +25,7 @@ IN_CI = ("wrong_sha", "manifest_not_json", "corrupted_pte", "truncated_pte", "pa
 
 @pytest.fixture(scope="module")
 def asan_build():
-    return build("--sanitize")
+    return build("--sanitize", "--target", "edgenlp_tests", "--target", "edgenlp-run")  # not the kernel testers
 
 
 ENV = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=1", UBSAN_OPTIONS="halt_on_error=1")

@@ -1,4 +1,4 @@
-"""``compress`` end to end on a tiny model: every stage, the bundle, the reports, resume."""
+"""``compress`` end to end on a tiny model: every stage, the bundle, the reports, resume (through the CLI too)."""
 
 from __future__ import annotations
 
@@ -73,13 +73,21 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     assert not Path(prune_rec["result"]["model"]).is_absolute()
     assert s["host_speedup_vs_uncompressed"] == pytest.approx(sp["baseline_ms"] / sp["bundle_ms"], rel=1e-2)
 
-    # Same config again: every stage is reused.
-    events.clear()
-    res2 = compress(cfg, tmp_path / "run", progress=False, echo=events.append)
-    # every stage is reused: the chain's and any attempt's after a re-plan (plan-2, export-2, ...)
-    assert set(STAGES) <= set(res2.summary["stages_skipped"])
-    ran = [e for e in events if e.startswith("[") and not e.endswith("up to date, skipped")]
+    # The same config spelled on the command line: the CLI builds the identical config (the stage fingerprints
+    # match), so every stage is reused, the chain's and any attempt's after a re-plan (plan-2, export-2, ...).
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+
+    r = CliRunner().invoke(main, ["compress", "--model", str(tiny_model_dir), "--task", str(tiny_task_dir),
+                                  "--target", "host", "--seq-len", "32", "--size-mb", "3", "--max-drop", "1.0",
+                                  "--out", str(tmp_path / "run")], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    doc2 = json.loads((tmp_path / "run" / "compress.json").read_text())
+    assert doc2["passed"] and set(STAGES) <= set(doc2["stages_skipped"])
+    ran = [line for line in r.output.splitlines() if line.startswith("[") and not line.endswith("up to date, skipped")]
     assert not ran, ran  # no stage ran again (other lines, e.g. a recorded attempt's "planning again", may repeat)
+    assert doc2["recipe"] == doc["recipe"] and (tmp_path / "run" / "report.md").is_file()
 
     # A changed accuracy limit redoes the plan and what follows it, not the fine-tune or the baseline.
     res3 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)

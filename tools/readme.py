@@ -1403,6 +1403,27 @@ def sdk_sizes(r: Results) -> str:
             f"ExecuTorch {result['executorch']}; measured {result['date']} on {result['host']}):\n\n" + body.split("\n", 2)[2])
 
 
+@section("java-predictions")
+def java_predictions(r: Results) -> str:
+    d = r("java_predictions")
+    return paragraph(f"`tools/bench/java_predictions.py` runs the Java example (`Classify.java`) over a task split against "
+                     f"the ExecuTorch Python runner: {d['agree']}/{d['texts']} {d['task']} {d['split']} sentences agree "
+                     f"(max |Δp| {d['max_abs_prob_diff']:.1e}; accuracy {pct(d['accuracy_java'])}% through Java, "
+                     f"{pct(d['accuracy_executorch'])}% through ExecuTorch; `results/java_predictions.md`). {d['note']}")
+
+
+@section("wheel-main-job")
+def wheel_main_job(r: Results) -> str:
+    d = r("wheel-main-job")
+    acc = d["accuracy"]
+    return paragraph(f"From a fresh virtualenv holding only the wheel (`pip install` {num(d['pip_install_s'], 0)} s), the "
+                     f"main job {'passed' if d['passed'] else 'failed'} on {d['host']['model']} "
+                     f"({' '.join(d['host']['isa'])}), {d['date']}: {candidate_text(d['chosen'])}, SST-2 dev "
+                     f"{pct(acc['measured'])}% ({drop(acc['drop_points'])} points), {num(d['size_mb']['measured'], 1)} MB, "
+                     f"{num(d['host_speedup_vs_uncompressed'], 2)}× the uncompressed model on the host, "
+                     f"{minsec(d['compress_wall_s'])} ({d['conditions']}; `results/wheel-main-job.json`).")
+
+
 @section("sparse-kernels")
 def sparse_kernels(r: Results) -> str:
     return _bench_module("sparse_kernels").render_markdown(r("sparse-kernels"))

@@ -220,8 +220,9 @@ class LineProgress:
         done = f"{t['completed']:g}"
         if t["total"]:
             done += f"/{t['total']:g} ({100.0 * t['completed'] / t['total']:.0f}%)"
-        fields = [f"{k} {v:.4g}" if isinstance(v, float) else str(v) for k, v in t["fields"].items()
-                  if v not in ("", None)]
+        units = {"eps": "{:.1f} ex/s"}  # the fields a bar shows with a unit, not a name
+        fields = [units[k].format(v) if k in units else f"{k} {v:.4g}" if isinstance(v, float) else str(v)
+                  for k, v in t["fields"].items() if v not in ("", None)]
         elapsed = int(now - t["start"])
         return ", ".join([f"{t['description']}: {done}", *fields, f"{elapsed // 60}m{elapsed % 60:02d}s elapsed"])
 

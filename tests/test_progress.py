@@ -24,7 +24,7 @@ def test_line_progress_throttles_and_reports_completion():
         p.update(t, advance=1, loss=0.5 - step / 1000, eps=64.0, description="full e1 learners")
     lines = out.getvalue().splitlines()
     assert len(lines) == 4 + 1, lines  # at 30, 60, 90 and 120 s (every 60 steps), then the completion line
-    assert lines[0].startswith("full e1 learners: 61/300 (20%), loss 0.44, eps 64, 0m30s elapsed"), lines[0]
+    assert lines[0].startswith("full e1 learners: 61/300 (20%), loss 0.44, 64.0 ex/s, 0m30s elapsed"), lines[0]
     assert lines[-1].startswith("full e1 learners: 300/300 (100%)") and lines[-1].endswith("2m29s elapsed")
     p.advance(t)  # past the total: no second completion line
     assert len(out.getvalue().splitlines()) == 5

@@ -290,6 +290,22 @@ def _quantization_entry(quant) -> dict:
     }
 
 
+def _onnx_word_table(data: bytes, model, quant) -> bytes:
+    """The ONNX model with the quantized model's own per-row word table (:func:`quantize_word_table`)."""
+    from edgenlp.export.onnx_quant import quantize_word_table
+    from edgenlp.quantize.schemes import WORD_EMBEDDING
+
+    weight = model.get_submodule(WORD_EMBEDDING).weight
+    source = quant.source.get_submodule(WORD_EMBEDDING).weight
+    parts = {name: getattr(weight, name, None) for name in ("qdata", "scale", "zero_point")}
+    if any(v is None for v in parts.values()):
+        raise ParityError(f"export: the quantized word table is a {type(weight).__name__}, not per-row integers")
+    return quantize_word_table(data, source.detach().numpy(), parts["qdata"].detach().numpy(),
+                               parts["scale"].detach().float().numpy().reshape(-1),
+                               parts["zero_point"].detach().float().numpy().reshape(-1),
+                               bits=8 if quant.config.embeddings == "int8" else 4)
+
+
 def export_bundle(
     model,
     info,
@@ -376,6 +392,8 @@ def export_bundle(
                 log.info("quantizing the ONNX model with ONNX Runtime's tools")
                 t0 = time.perf_counter()
                 data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
+                if quant.config.embeddings is not None and not dynamic:
+                    data = _onnx_word_table(data, model, quant)
                 stages["onnx_quantize"] = time.perf_counter() - t0
             (tmp / "model.onnx").write_bytes(data)
             if dynamic:

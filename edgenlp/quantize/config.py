@@ -57,15 +57,22 @@ KERNEL_ROUNDING: dict[str, dict] = {
                          "max ratio 1.02 (4.5e-3 vs 4.5e-3); fine-tuned Banking77 MiniLM-L6 (full, 67.5% dev), "
                          "seq 64, 32 sentences: max ratio 0.85 (7.8e-2 vs 9.2e-2), RMS ratio 0.70"},
 }
-# ONNX Runtime quantizes its own way (per-tensor uint8 activations for MatMulInteger,
-# fp32 activations for MatMulNBits, its own weight rounding, fp32 word embeddings): its
-# distance to our reference includes a second quantization error, so it is bounded by a
-# multiple of the reference's whole distance to fp32 instead.
+# ONNX Runtime quantizes the linears its own way (per-tensor uint8 activations for
+# MatMulInteger, fp32 activations for MatMulNBits, its own weight rounding; the word
+# table is ours, edgenlp.export.onnx_quant.quantize_word_table): its distance to our
+# reference includes a second quantization error, so it is bounded by a multiple of the
+# reference's whole distance to fp32, with a floor relative to the reference's largest
+# |logit| (ONNX_TOLERANCE) for the case where ONNX Runtime's per-tensor activations are
+# noisier than the reference's per-token ones. Measured (fine-tuned MiniLM-L6 SST-2, seq
+# 64, 32 sentences, AMD EPYC AVX-512 VNNI): lowering error / largest |logit| 0.10 (int8),
+# 0.08 (int8 + int8 table), 0.16 (int4), 0.16 (int4 + int4 table), 0.12 (int8 + int4
+# table); the int8 error is 3.3x the reference's distance to fp32, so the floor and not
+# the multiple holds it. A tiny model's int4 table with its nibbles swapped lands at 1.4x
+# its largest |logit| and fails. The earlier floor (1x / 2x the largest |logit|) passed it.
 ONNX_QUANT_ERROR_FACTOR = 3.0
-# The earlier per-bits absolute bounds: LOWERING_TOLERANCE kept for callers that read it; ONNX_TOLERANCE
-# stays ONNX Runtime's floor.
+ONNX_TOLERANCE = {8: 0.3, 4: 0.3}
+# The earlier per-bits absolute bounds, kept for callers that read them.
 LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
-ONNX_TOLERANCE = {8: 1.0, 4: 2.0}
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,7 @@ class QuantizeConfig(Config):
             rms_factor=RMS_FACTOR,
             rounding_note=f"measured lowering error / activation-rounding error, {measured}" if measured else "",
             runtime_quant_error_factor=(("onnx", ONNX_QUANT_ERROR_FACTOR),),
-            # never stricter for ONNX Runtime than the earlier absolute bound
+            # ONNX Runtime's floor, relative to the largest |logit| (see ONNX_TOLERANCE)
             runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if self.lowest_bits >= 8 else 4]),),
         )
 

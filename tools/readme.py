@@ -1429,6 +1429,11 @@ def sparse_kernels(r: Results) -> str:
     return _bench_module("sparse_kernels").render_markdown(r("sparse-kernels"))
 
 
+@section("sparse-kernels-avx512vnni")
+def sparse_kernels_vnni(r: Results) -> str:
+    return _bench_module("sparse_kernels").render_markdown(r("sparse-kernels-avx512vnni"))
+
+
 @section("dynamic")
 def dynamic(r: Results) -> str:
     doc = r("dynamic")

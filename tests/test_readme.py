@@ -58,9 +58,10 @@ def test_an_unknown_or_missing_section_is_an_error(readme_tool):
 def test_fresh_clone_times_render_with_their_host_and_load_once_measured(readme_tool, tmp_path):
     results = tmp_path / "results"
     shutil.copytree(REPO / "tools" / "bench" / "results", results)
+    (results / "fresh-clone.json").unlink(missing_ok=True)  # as before the first timing
     text = (REPO / "README.md").read_text()
     before = readme_tool.render(text, readme_tool.Results(results))
-    assert "not measured yet" in before and "not timed yet in a fresh clone" in before
+    assert "Set-up time in a fresh clone: not measured yet" in before and "not timed yet in a fresh clone" in before
     doc = {"setup_s": 302.4, "suite_s": 1500.0, "main_job_s": 701.2, "host": "AMD EPYC", "isa_flags": "avx2 fma", "cores": 2,
            "load": {"setup": {"before": [0.1, 0.2, 0.3], "after": [1.9, 1.2, 0.6]},
                     "suite": {"before": [1.9, 1.2, 0.6], "after": [2.0, 1.9, 1.1]},
@@ -68,7 +69,7 @@ def test_fresh_clone_times_render_with_their_host_and_load_once_measured(readme_
            "date": "2026-12-01 10:00 UTC", "commit": "0123456789abcdef"}
     (results / "fresh-clone.json").write_text(json.dumps(doc))
     after = readme_tool.render(text, readme_tool.Results(results))
-    assert "not measured yet" not in after
+    assert "Set-up time in a fresh clone: not measured yet" not in after and "not timed yet in a fresh clone" not in after
     assert "set-up (`bash tools/setup.sh`) 5 min 2 s (load average 0.10 / 0.20 / 0.30 before; load average 1.90" in " ".join(
         after.split())
     assert "11 min 41 s for the main job in a fresh clone (AMD EPYC, ISA flags avx2 fma;" in " ".join(after.split())

@@ -32,7 +32,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from edgenlp.compress.config import CompressConfig, Preset
 from edgenlp.compress.stages import StageRecord, StageRunner

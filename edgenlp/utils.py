@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -12,6 +13,18 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
+
+
+def lazy_exports(package: str, exports: dict[str, str]):
+    """A package's module ``__getattr__`` (PEP 562): ``name`` is imported from ``package.<exports[name]>`` on first
+    use, so importing the package imports none of its submodules (nor torch through them)."""
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+
+    return __getattr__
 
 
 def sha256_file(path: str | Path, *, chunk: int = 1 << 20) -> str:

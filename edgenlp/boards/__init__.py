@@ -19,7 +19,7 @@ runs at import)::
 
 from __future__ import annotations
 
-import importlib
+from edgenlp.utils import lazy_exports
 
 _EXPORTS = {
     "Board": "base", "open_board": "base", "DeviceInfo": "probe", "BoardError": "errors",
@@ -31,7 +31,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -12,7 +12,7 @@ recipe's prune step) does not import torch.
 
 from __future__ import annotations
 
-import importlib
+from edgenlp.utils import lazy_exports
 
 _EXPORTS = {
     "PruneResult": "api", "prune": "api", "register_prune_method": "api",
@@ -26,7 +26,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -34,17 +34,22 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return save_pretrained(model, info, tmp_path_factory.mktemp("models") / "tiny")
 
 
-@pytest.fixture(scope="session")
-def tiny_bundle(tmp_path_factory, tiny_model_dir, tiny_task_dir) -> Path:
+def _export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) -> Path:
+    """``model_dir`` exported for ``task_dir`` into a session bundle folder ``name`` (both formats, buckets 8/16/32)."""
     from edgenlp.data.tasks import load_task
     from edgenlp.export.api import ExportConfig, export_bundle
     from edgenlp.models.registry import load_model
 
-    data = load_task(tiny_task_dir)
-    model, info = load_model(tiny_model_dir, labels=data.labels)
-    out = tmp_path_factory.mktemp("bundles") / "tiny"
+    data = load_task(task_dir)
+    model, info = load_model(model_dir, labels=data.labels)
+    out = tmp_path_factory.mktemp("bundles") / name
     export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle(tmp_path_factory, tiny_model_dir, tiny_task_dir) -> Path:
+    return _export_tiny(tmp_path_factory, tiny_model_dir, tiny_task_dir, "tiny")
 
 
 # --------------------------------------------------------------------------- dynamic models and bundles
@@ -85,29 +90,13 @@ def tiny_dynamic_dir(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
 @pytest.fixture(scope="session")
 def tiny_dynamic_bundle(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir) -> Path:
     """The dynamic model exported as a model directory is (through its recipe): segments in both formats."""
-    from edgenlp.data.tasks import load_task
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.models.registry import load_model
-
-    data = load_task(dyn_task_dir)
-    model, info = load_model(tiny_dynamic_dir, labels=data.labels)
-    out = tmp_path_factory.mktemp("bundles") / "tiny-dyn"
-    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
-    return out
+    return _export_tiny(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir, "tiny-dyn")
 
 
 @pytest.fixture(scope="session")
 def tiny_static_bundle(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
     """The same base model exported as a plain static bundle."""
-    from edgenlp.data.tasks import load_task
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.models.registry import load_model
-
-    data = load_task(dyn_task_dir)
-    model, info = load_model(tiny_ft_dir, labels=data.labels)
-    out = tmp_path_factory.mktemp("bundles") / "tiny-static"
-    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
-    return out
+    return _export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static")
 
 
 @pytest.fixture

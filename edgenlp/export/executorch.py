@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from edgenlp.export.graph import example_inputs, prepare
+from edgenlp.export.lowering import Lowering
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class PteResult:
     seconds: float
     etrecord: object | None = field(default=None, repr=False)
     stages: dict[str, float] = field(default_factory=dict)  # seconds per stage (export per bucket, lower, serialize)
+    lowering_processes: int = 1  # processes that lowered the methods at once (edgenlp.export.lowering)
 
     def manifest_entry(self) -> dict:
         return {
@@ -73,6 +75,7 @@ class PteResult:
             "backend": "xnnpack",
             "delegate_calls_per_method": max(m.delegate_calls for m in self.methods),
             "lower_seconds": round(self.seconds, 2),
+            "lowering_processes": self.lowering_processes,
             "stage_seconds": {k: round(v, 3) for k, v in self.stages.items()},
         }
 
@@ -159,10 +162,15 @@ def to_pte(
     buckets: tuple[int, ...],
     generate_etrecord: bool = False,
     prepared: bool = False,
+    processes: int | None = None,
 ) -> PteResult:
     """Export ``model`` once per bucket and lower all methods into one ExecuTorch program.
 
     ``prepared=True`` means ``model`` already went through :func:`prepare`.
+    The methods are lowered in ``processes`` processes at once
+    (:class:`edgenlp.export.lowering.Lowering`; default: one per usable
+    core, at most one per bucket). An ETRecord needs one joint lowering, so
+    ``generate_etrecord=True`` lowers in this process.
     A quantized model (weights held as torchao quantized tensors, e.g. from
     :func:`edgenlp.quantize.api.quantize_model`) lowers to XNNPACK's quantized
     kernels, and its program goes through ExecuTorch's quant-fusion pass, which
@@ -177,14 +185,19 @@ def to_pte(
     quantized = is_quantized(m)
     vocab = m.shape.vocab_size if hasattr(m, "shape") else 1000
     programs = {}
-    for seq in buckets:
-        t = time.perf_counter()
-        with torch.no_grad():
-            programs[f"forward_{seq}"] = torch.export.export(m, example_inputs(seq, vocab_size=vocab), strict=False)
-        stages[f"torch_export_{seq}"] = time.perf_counter() - t
-    t = time.perf_counter()
-    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=generate_etrecord)
-    stages["edge_lower_partition"] = time.perf_counter() - t
+    with Lowering(len(buckets), 1 if generate_etrecord else processes) as lowering:  # helpers start importing now
+        for seq in buckets:
+            t = time.perf_counter()
+            with torch.no_grad():
+                programs[f"forward_{seq}"] = torch.export.export(m, example_inputs(seq, vocab_size=vocab), strict=False)
+            stages[f"torch_export_{seq}"] = time.perf_counter() - t
+        if generate_etrecord:
+            t = time.perf_counter()
+            edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
+            stages["edge_lower_partition"] = time.perf_counter() - t
+        else:
+            edge, lower_stages = lowering.lower(programs)
+            stages.update(lower_stages)
     edge_gms = {name: edge.exported_program(name).graph_module for name in programs}
     linears = {name: delegated_linears(gm) for name, gm in edge_gms.items()}
     delegated = {}
@@ -208,4 +221,4 @@ def to_pte(
     for r in reports:
         log.info("%s: %d delegate call(s), outside XNNPACK: %s", r.name, r.delegate_calls, r.non_delegated or "none")
     log.info("lowering stages (s): %s", {k: round(v, 2) for k, v in stages.items()})
-    return PteResult(buffer, reports, seconds, etrecord, stages)
+    return PteResult(buffer, reports, seconds, etrecord, stages, lowering.processes)

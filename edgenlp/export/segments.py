@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from edgenlp.export.executorch import PteResult, _method_report, delegated_linears, is_quantized
+from edgenlp.export.lowering import Lowering
 from edgenlp.dynamic.manifest import onnx_output_names
 from edgenlp.export.graph import example_inputs, prepare
 
@@ -75,10 +76,10 @@ class DynamicPte:
     names: dict = field(default_factory=dict)  # "embedding" -> {seq: name}; k -> {seq: name}
 
 
-def to_pte_dynamic(model, *, buckets: tuple[int, ...]) -> DynamicPte:
-    """One ExecuTorch program: ``forward_<S>`` of the base model plus the embedding and segment methods."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
+def to_pte_dynamic(model, *, buckets: tuple[int, ...], processes: int | None = None) -> DynamicPte:
+    """One ExecuTorch program: ``forward_<S>`` of the base model plus the embedding and segment methods,
+    lowered in ``processes`` processes (:class:`edgenlp.export.lowering.Lowering`)."""
+    from executorch.exir import ExecutorchBackendConfig
 
     start = time.perf_counter()
     m = prepare(model)
@@ -92,17 +93,18 @@ def to_pte_dynamic(model, *, buckets: tuple[int, ...]) -> DynamicPte:
         programs[name] = torch.export.export(module, args, strict=False)
         seq_of[name] = seq
 
-    with torch.no_grad():
-        for seq in buckets:
-            ids, mask = example_inputs(seq, vocab_size=vocab)
-            add(f"forward_{seq}", m.base, (ids, mask), seq)
-            add(f"embed_{seq}", embedding, (ids,), seq)
-            names["embedding"][seq] = f"embed_{seq}"
-            x, bias = segment_inputs(seq, hidden)
-            for k, seg in enumerate(segments):
-                add(f"seg{k}_{seq}", seg, (x, bias), seq)
-                names.setdefault(k, {})[seq] = f"seg{k}_{seq}"
-    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+    with Lowering(len(buckets) * (2 + len(segments)), processes) as lowering:  # helpers start importing now
+        with torch.no_grad():
+            for seq in buckets:
+                ids, mask = example_inputs(seq, vocab_size=vocab)
+                add(f"forward_{seq}", m.base, (ids, mask), seq)
+                add(f"embed_{seq}", embedding, (ids,), seq)
+                names["embedding"][seq] = f"embed_{seq}"
+                x, bias = segment_inputs(seq, hidden)
+                for k, seg in enumerate(segments):
+                    add(f"seg{k}_{seq}", seg, (x, bias), seq)
+                    names.setdefault(k, {})[seq] = f"seg{k}_{seq}"
+        edge, stages = lowering.lower(programs)
     linears = {name: delegated_linears(edge.exported_program(name).graph_module) for name in programs}
     delegated = {}
     for name in programs:
@@ -120,7 +122,7 @@ def to_pte_dynamic(model, *, buckets: tuple[int, ...]) -> DynamicPte:
     others = [r for n, r in reports.items() if not n.startswith("forward_")]
     for r in others:
         log.info("%s: %d delegate call(s), outside XNNPACK: %s", r.name, r.delegate_calls, r.non_delegated or "none")
-    return DynamicPte(PteResult(et.buffer, static, seconds), others, names)
+    return DynamicPte(PteResult(et.buffer, static, seconds, stages=stages, lowering_processes=lowering.processes), others, names)
 
 
 def to_onnx_segments(model, *, max_seq_len: int, quant=None) -> tuple[dict[str, bytes], dict]:

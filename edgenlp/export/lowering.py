@@ -1,0 +1,245 @@
+"""Edge lowering + XNNPACK partitioning of many methods, spread over processes.
+
+Lowering is the export's largest stage (about 80% of a MiniLM int8 export) and
+runs on one core: ``run_decompositions`` re-traces each method with fake
+tensors, then XNNPACK's preprocess passes build the delegate. The methods of a
+program (one per sequence bucket) are independent until ``to_executorch``, so
+:func:`lower_methods` lowers them in ``processes`` processes at once: this one
+and ``processes - 1`` helpers (``python -m edgenlp.export.lowering``, started
+as plain subprocesses, so a user's script without a ``__main__`` guard is never
+re-imported). A helper gets its methods as ``torch.export`` archives and hands
+back each lowered method serialized with ExecuTorch's edge-dialect serializer
+(delegate blobs and their named data included); the methods are then joined in
+one :class:`~executorch.exir.EdgeProgramManager`. The joined program is the
+same program as one lowered in a single call: ``tests/export/test_lowering.py``
+checks that the ``.pte`` bytes are identical.
+
+A helper that fails (cannot start, runs out of memory, dies) costs time, not
+the export: its methods are lowered here instead, with a warning.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping
+
+log = logging.getLogger(__name__)
+
+ENV_PROCESSES = "EDGENLP_LOWER_PROCESSES"  # overrides the automatic choice (1 = lower in this process only)
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_processes(processes: int | None, methods: int) -> int:
+    """How many processes lower ``methods`` methods: ``processes`` if given, else
+    ``$EDGENLP_LOWER_PROCESSES``, else one per usable core; never more than there are methods."""
+    if processes is None:
+        env = os.environ.get(ENV_PROCESSES, "").strip()
+        if env:
+            if not env.isdigit() or int(env) < 1:
+                raise ValueError(f"{ENV_PROCESSES} must be a whole number >= 1, got {env!r}")
+            processes = int(env)
+        else:
+            processes = usable_cores()
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
+    return max(1, min(processes, methods))
+
+
+def _lower_one(name: str, program):
+    """``program`` (an aten-dialect ExportedProgram) lowered alone: its edge-dialect ExportedProgram."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    return to_edge_transform_and_lower({name: program}, partitioner=[XnnpackPartitioner()]).exported_program(name)
+
+
+def positional_args(graph_module) -> int:
+    """Move arguments the edge serializer turned into keywords back into positions; how many nodes changed.
+
+    The serializer keeps no distinction between positional and keyword
+    arguments, and reads every argument after the first defaulted one back as
+    a keyword. ExecuTorch's quant-fusion patterns match positional arguments,
+    so ``dequantize_affine(w, ..., quant_min=-128, quant_max=127)`` would no
+    longer fuse with the embedding into ``embedding_byte``.
+    """
+    changed = 0
+    for node in graph_module.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op != "call_function" or schema is None or not node.kwargs:
+            continue
+        args, kwargs = list(node.args), dict(node.kwargs)
+        for i, arg in enumerate(schema.arguments):
+            if arg.kwarg_only or i < len(args):
+                continue
+            if arg.name not in kwargs:
+                break
+            args.append(kwargs.pop(arg.name))
+        if len(args) != len(node.args):
+            node.args, node.kwargs = tuple(args), kwargs
+            changed += 1
+    if changed:
+        graph_module.recompile()
+    return changed
+
+
+def _save_lowered(program, path: Path) -> None:
+    from executorch.exir.serde import serialize as serde
+
+    buf = io.BytesIO()
+    serde.save(program, buf)
+    tmp = path.with_suffix(".part")
+    tmp.write_bytes(buf.getvalue())
+    tmp.rename(path)
+
+
+def _load_lowered(path: Path):
+    from executorch.exir.serde import serialize as serde
+
+    program = serde.load(io.BytesIO(path.read_bytes()))
+    positional_args(program.graph_module)
+    return program
+
+
+def _helper_env() -> dict:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = "1"
+    env[ENV_PROCESSES] = "1"
+    root = str(Path(__file__).resolve().parents[2])  # so the helper imports this edgenlp, installed or not
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+class Lowering:
+    """Lowers methods in ``processes`` processes; the helpers start on ``__enter__``.
+
+    Start it before ``torch.export``-ing the methods: a helper spends its first
+    seconds importing torch and ExecuTorch, and does that while this process
+    exports. ``processes`` as :func:`resolve_processes` reads it.
+
+    >>> with Lowering(len(buckets)) as lowering:          # doctest: +SKIP
+    ...     programs = {...}                               # torch.export each method
+    ...     edge, stages = lowering.lower(programs)
+    """
+
+    def __init__(self, methods: int, processes: int | None = None) -> None:
+        self.processes = resolve_processes(processes, methods)
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._helpers: list[subprocess.Popen] = []
+
+    def __enter__(self) -> Lowering:
+        if self.processes > 1:
+            self._dir = tempfile.TemporaryDirectory(prefix="edgenlp-lower-")
+            cmd = [sys.executable, "-m", "edgenlp.export.lowering", self._dir.name]
+            try:
+                for _ in range(self.processes - 1):
+                    self._helpers.append(subprocess.Popen(cmd, env=_helper_env(), stdin=subprocess.PIPE,
+                                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+            except OSError as exc:
+                log.warning("could not start a lowering process (%s); lowering in this process", exc)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc in self._helpers:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stderr):
+                if stream is not None and not stream.closed:
+                    stream.close()
+        self._helpers = []
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
+
+    def lower(self, programs: Mapping[str, object]):
+        """``(EdgeProgramManager, stages)``: every program in ``programs`` lowered with the XNNPACK partitioner.
+
+        ``programs`` maps method names to ``torch.export`` programs, as
+        ``to_edge_transform_and_lower`` takes them; ``stages`` holds the
+        seconds spent (``edge_lower_partition`` in all). The result equals a
+        single ``to_edge_transform_and_lower(programs, ...)`` call.
+        """
+        import torch
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+        from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+
+        names = list(programs)
+        start = time.perf_counter()
+        helpers = self._helpers[: max(0, len(names) - 1)]
+        if not helpers:
+            self.processes = 1
+            edge = to_edge_transform_and_lower(dict(programs), partitioner=[XnnpackPartitioner()])
+            return edge, {"edge_lower_partition": time.perf_counter() - start}
+        self.processes = len(helpers) + 1
+        groups = [names[i::self.processes] for i in range(self.processes)]  # this process takes groups[0]
+        work = Path(self._dir.name)
+        handed: list[tuple[list[str], subprocess.Popen]] = []
+        for group, proc in zip(groups[1:], helpers):
+            for name in group:
+                torch.export.save(programs[name], work / f"{name}.pt2")
+            try:
+                proc.stdin.write((" ".join(group) + "\n").encode())
+                proc.stdin.close()
+            except OSError:  # the helper already died: its stderr says why, below
+                pass
+            handed.append((group, proc))
+        handed_off = time.perf_counter() - start
+        log.info("lowering %d methods in %d processes (here: %s)", len(names), self.processes, ", ".join(groups[0]))
+        lowered = {name: _lower_one(name, programs[name]) for name in groups[0]}
+        here = time.perf_counter() - start
+        for group, proc in handed:
+            err = proc.stderr.read()
+            proc.wait()
+            missing = [name for name in group if not (work / f"{name}.edge").exists()]
+            if proc.returncode != 0 or missing:
+                tail = " ".join(err.decode(errors="replace").strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
+                log.warning("a lowering process failed (%s); lowering %s here", tail, ", ".join(group))
+                lowered.update({name: _lower_one(name, programs[name]) for name in group})
+            else:
+                lowered.update({name: _load_lowered(work / f"{name}.edge") for name in group})
+        edge = EdgeProgramManager({name: lowered[name] for name in names})
+        stages = {"edge_lower_partition": time.perf_counter() - start, "lowering_handoff": handed_off,
+                  "lowering_here": here - handed_off}
+        return edge, stages
+
+
+def lower_methods(programs: Mapping[str, object], *, processes: int | None = None):
+    """``(EdgeProgramManager, stages, processes)``: :meth:`Lowering.lower` with helpers started just now."""
+    with Lowering(len(programs), processes) as lowering:
+        edge, stages = lowering.lower(programs)
+    return edge, stages, lowering.processes
+
+
+def _main(argv: list[str]) -> int:
+    """Helper process: import what lowering needs, read method names (one line on stdin), then lower
+    ``<dir>/<name>.pt2`` into ``<dir>/<name>.edge`` for each."""
+    import torch
+    import torchao.quantization  # noqa: F401  (registers the torchao ops the programs call)
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: F401
+    from executorch.exir.serde import serialize  # noqa: F401
+
+    torch.set_num_threads(1)
+    work, names = Path(argv[0]), sys.stdin.readline().split()
+    for name in names:
+        program = torch.export.load(work / f"{name}.pt2")
+        _save_lowered(_lower_one(name, program), work / f"{name}.edge")
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    sys.exit(_main(sys.argv[1:]))

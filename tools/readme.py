@@ -1470,8 +1470,8 @@ def export_time(r: Results) -> str:
     return (f"Export time of {result['model']} for {result['task']} (ExecuTorch, buckets {result['buckets']}; "
             f"`tools/bench/export_time.py`, measured {host.get('written', '?')} on {host.get('cpu_model', '?')}, "
             f"ISA flags {host.get('isa_flags', '?')}, {host.get('threads')} thread(s), load average "
-            f"{max(load) if load != ['?'] else '?'} at most: "
-            f"{'the export itself, on an otherwise idle host' if load != ['?'] and max(load) <= 1.2 else 'a shared host, not the idle one the targets are for'}"
+            f"{max(load) if load != ['?'] else '?'} at most, the export's own processes included: up to "
+            f"{max((x.get('lowering_processes', 1) for x in result.get('rows', [])), default=1)} run at once, nothing else ran"
             f"):\n\n" + body)
 
 

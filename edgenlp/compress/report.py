@@ -150,6 +150,10 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
                  f"{_fmt(p['memory_mb']['passed'])} |")
     lines.append(f"| size (MB, {p['size_mb']['artifact']}) | {_fmt(p['size_mb']['budget'])} | {_fmt(p['size_mb']['predicted'])} | "
                  f"{_fmt(p['size_mb']['measured'])} | {_fmt(p['size_mb']['passed'])} |")
+    for f, mb in (p["size_mb"].get("artifacts") or {}).items():  # every runtime file must fit, not only the target's
+        if f != p["size_mb"]["artifact"]:
+            lines.append(f"| size (MB, {f}) | {_fmt(p['size_mb']['budget'])} | - | {_fmt(mb)} | "
+                         f"{_fmt(f not in p['size_mb'].get('over_budget', []))} |")
     gate = p.get("host_speedup")
     if gate and gate.get("applies"):
         lines.append(f"| host speed-up vs the uncompressed program (gate) | ≥ {gate['limit']:g}× | - | {_fmt(gate['measured'])}× | "

@@ -54,6 +54,8 @@ class ExportConfig(Config):
     parity_tolerance: float | None = knob(None, help="Max |logit diff| vs the parity reference; export fails above it "
                                                      f"(default: the model's parity policy, {FP32_PARITY.tolerance:g} for fp32).")
     parity_samples: int = knob(32, help="Sentences the parity check compares.")
+    lower_processes: int | None = knob(None, help="Processes that lower the ExecuTorch methods at once (default: one per "
+                                                  "usable core, at most one per method; 1: this process only).")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "formats", tuple(self.formats))
@@ -70,6 +72,8 @@ class ExportConfig(Config):
             raise ValueError(f"parity_tolerance must be > 0, got {self.parity_tolerance}")
         if self.parity_samples < 1:
             raise ValueError(f"parity_samples must be >= 1, got {self.parity_samples}")
+        if self.lower_processes is not None and (not isinstance(self.lower_processes, int) or self.lower_processes < 1):
+            raise ValueError(f"lower_processes must be >= 1, got {self.lower_processes}")
 
     @property
     def resolved_buckets(self) -> tuple[int, ...]:
@@ -366,10 +370,10 @@ def export_bundle(
 
             log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
             if dynamic:
-                dpte = seg.to_pte_dynamic(model, buckets=config.resolved_buckets)
+                dpte = seg.to_pte_dynamic(model, buckets=config.resolved_buckets, processes=config.lower_processes)
                 res = dpte.static
             else:
-                res = to_pte(model, buckets=config.resolved_buckets)
+                res = to_pte(model, buckets=config.resolved_buckets, processes=config.lower_processes)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds

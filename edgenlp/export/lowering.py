@@ -209,6 +209,7 @@ class Lowering:
                 tail = " ".join(err.decode(errors="replace").strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
                 log.warning("a lowering process failed (%s); lowering %s here", tail, ", ".join(group))
                 lowered.update({name: _lower_one(name, programs[name]) for name in group})
+                self.processes -= 1
             else:
                 lowered.update({name: _load_lowered(work / f"{name}.edge") for name in group})
         edge = EdgeProgramManager({name: lowered[name] for name in names})

@@ -115,3 +115,20 @@ def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_p
     assert seen == [[], [{"slower": chosen[0]}]]
     assert order.index("calibrate_host") < order.index("baseline") < order.index("plan")  # this machine's table before any plan
     assert reported["passed"]["attempt"] == 2 and reported["attempts"][0]["verify"].result["failures_kind"] == "slower"
+
+
+def test_size_budget_holds_for_every_artifact_of_the_bundle():
+    from edgenlp.compress.verify import size_check
+
+    sizes = {"model.pte": 14_318_984, "model.onnx": 29_854_583, "vocab.txt": 231_508}  # the main job's bundle before #25.8
+    c = size_check(sizes, budget_mb=25.0, predicted_mb=13.9, runtime="executorch")
+    assert c["measured"] == 14.319 and c["artifact"] == "model.pte"  # reported on the target's own runtime file
+    assert c["artifacts"] == {"model.onnx": 29.855, "model.pte": 14.319} and c["over_budget"] == ["model.onnx"]
+    assert not c["passed"]
+    failures, kind = judge({"accuracy": {"passed": True}, "size_mb": c}, on_host=False)
+    assert kind == "budget" and failures == ["size model.onnx 29.855 MB > budget 25.0 MB"]
+    onnx = size_check(sizes, budget_mb=25.0, predicted_mb=13.9, runtime="onnx")
+    assert onnx["artifact"] == "model.onnx" and onnx["measured"] == 29.855 and not onnx["passed"]
+    assert size_check(sizes, budget_mb=30.0, predicted_mb=13.9, runtime="onnx")["passed"]
+    assert size_check(sizes, budget_mb=None, predicted_mb=13.9, runtime="executorch")["passed"]
+    assert size_check({"model.pte": 20_000_000}, budget_mb=25.0, predicted_mb=19.0, runtime="onnx")["artifacts"] == {"model.pte": 20.0}

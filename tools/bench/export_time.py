@@ -134,6 +134,7 @@ def markdown(doc: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="minilm-l6")
+    ap.add_argument("--label", default=None, help="How the results name the model (default: --model)")
     ap.add_argument("--task", default="banking77")
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--buckets", type=lambda s: tuple(int(x) for x in s.split(",")), default=(16, 32, 64, 128))
@@ -165,7 +166,7 @@ def main(argv=None) -> int:
                     mid = sorted(got, key=lambda x: x["wall_s"])[len(got) // 2]
                     summary[key(rc, rp)] = {**mid, "wall_s": median([x["wall_s"] for x in got]),
                                             "cpu_s": median([x["cpu_s"] for x in got]), "rounds": len(got)}
-            doc = {"model": args.model, "task": args.task, "seq_len": args.seq_len, "buckets": list(args.buckets),
+            doc = {"model": args.label or args.model, "task": args.task, "seq_len": args.seq_len, "buckets": list(args.buckets),
                    "targets_s": TARGETS_S, "rounds": r + 1, "load_during": loads, "rows": rows, "summary": summary}
             results.write(RESULTS / "export-time", doc, markdown(doc))  # after every export: a long run keeps what it has
     return 0

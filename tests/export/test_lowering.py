@@ -1,0 +1,101 @@
+"""Lowering in several processes (edgenlp.export.lowering) gives the program one joint lowering gives."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from edgenlp.export import lowering as lw
+from edgenlp.export.executorch import to_pte
+from edgenlp.export.graph import example_inputs
+from edgenlp_testing import tiny_model
+
+BUCKETS = (16, 32)
+
+
+@pytest.fixture(scope="module")
+def quantized_tiny():
+    """int8 linears + int8 word table: the program whose quant-fusion pass needs positional arguments."""
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+
+    model, info = tiny_model()
+    model, _ = quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8"))
+    return model
+
+
+def test_two_processes_give_the_bytes_of_one(quantized_tiny):
+    one = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
+    two = to_pte(quantized_tiny, buckets=BUCKETS, processes=2)
+    assert one.lowering_processes == 1 and two.lowering_processes == 2
+    assert two.manifest_entry()["lowering_processes"] == 2
+    assert "lowering_handoff" in two.stages and "lowering_handoff" not in one.stages
+    assert two.buffer == one.buffer
+    assert [m.to_dict() for m in two.methods] == [m.to_dict() for m in one.methods]
+
+
+def test_a_failed_helper_costs_time_not_the_export(monkeypatch, caplog):
+    model, _ = tiny_model()
+    monkeypatch.setattr(lw.sys, "executable", "/bin/false")  # every helper exits at once with status 1
+    with caplog.at_level(logging.WARNING, logger=lw.__name__):
+        res = to_pte(model, buckets=BUCKETS, processes=2)
+    assert res.lowering_processes == 1
+    assert any("lowering process failed" in r.getMessage() for r in caplog.records)
+    from executorch.runtime import Runtime
+
+    program = Runtime.get().load_program(res.buffer)
+    model.eval()
+    for seq in BUCKETS:
+        ids, mask = example_inputs(seq, vocab_size=model.shape.vocab_size)
+        got = program.load_method(f"forward_{seq}").execute([ids, mask])[0]
+        with torch.no_grad():
+            want = model(ids, mask)
+        assert torch.allclose(got, want, atol=1e-4), (seq, float((got - want).abs().max()))
+
+
+def test_positional_args_restores_what_the_serializer_made_keywords():
+    x = torch.randn(4)
+
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.clamp.default(x, -0.5, 0.5) + torch.ops.aten.clamp.default(x, None, 0.25)
+
+    gm = torch.fx.symbolic_trace(M())
+    clamps = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clamp.default]
+    want = gm(x)
+    # what a round trip through the edge serializer leaves: defaulted arguments as keywords
+    clamps[0].args, clamps[0].kwargs = (clamps[0].args[0],), {"min": -0.5, "max": 0.5}
+    clamps[1].args, clamps[1].kwargs = (clamps[1].args[0],), {"max": 0.25}  # min missing: max must stay a keyword
+    gm.recompile()
+    assert lw.positional_args(gm) == 1
+    assert clamps[0].args[1:] == (-0.5, 0.5) and clamps[0].kwargs == {}
+    assert clamps[1].args[1:] == () and clamps[1].kwargs == {"max": 0.25}
+    assert torch.equal(gm(x), want)
+
+
+def test_how_many_processes(monkeypatch):
+    monkeypatch.delenv(lw.ENV_PROCESSES, raising=False)
+    monkeypatch.setattr(lw, "usable_cores", lambda: 8)
+    assert lw.resolve_processes(None, 4) == 4  # never more than there are methods
+    assert lw.resolve_processes(None, 1) == 1
+    assert lw.resolve_processes(3, 10) == 3
+    monkeypatch.setenv(lw.ENV_PROCESSES, "1")
+    assert lw.resolve_processes(None, 4) == 1
+    assert lw.resolve_processes(2, 4) == 2  # an explicit value wins over the environment
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(lw.ENV_PROCESSES, bad)
+        with pytest.raises(ValueError, match=lw.ENV_PROCESSES):
+            lw.resolve_processes(None, 4)
+    with pytest.raises(ValueError):
+        lw.resolve_processes(0, 4)
+
+
+def test_export_config_validates_lower_processes():
+    from edgenlp.export.api import ExportConfig
+
+    assert ExportConfig(lower_processes=2).lower_processes == 2
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="lower_processes"):
+            ExportConfig(lower_processes=bad)

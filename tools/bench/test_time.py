@@ -30,7 +30,7 @@ from tools.bench.harness import REPO, RESULTS, Results, load_average, median  # 
 log = logging.getLogger("bench.test_time")
 
 SELECTION = ["tests/quantize", "tests/compress", "tests/export", "tests/test_export.py"]
-SUMMARY = re.compile(r"=+ (.*?) in ([\d.]+)s")
+SUMMARY = re.compile(r"^=*\s*(\d+ (?:passed|failed).*?) in ([\d.]+)s")
 
 
 def run_once(selection: list[str], processes: int) -> dict:
@@ -56,8 +56,9 @@ def markdown(doc: dict) -> str:
     base = doc["summary"].get("1")
     for p, s in doc["summary"].items():
         speed = f"{base['wall_s'] / s['wall_s']:.2f}x" if base else ""
+        outcome = s["pytest"] if s["pytest"] != "?" else f"exit status {s.get('exit_status', '?')}"
         lines.append(f"| {p} process{'es' * (int(p) > 1)} | {s['wall_s']:.0f} | {speed} | "
-                     f"{', '.join(f'{w:.0f}' for w in s['runs'])} | {s['pytest']} |")
+                     f"{', '.join(f'{w:.0f}' for w in s['runs'])} | {outcome} |")
     lines += ["", f"Load average after each run: {doc['load_during']}.", ""]
     return "\n".join(lines)
 
@@ -66,9 +67,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--processes", type=int, default=2)
+    ap.add_argument("--report-only", action="store_true", help="re-render test-time.md from test-time.json")
     ap.add_argument("selection", nargs="*", default=SELECTION)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.report_only:
+        import json
+
+        doc = json.loads((RESULTS / "test-time.json").read_text())
+        for p, s in doc["summary"].items():
+            s["exit_status"] = max(x["exit_status"] for x in doc["rows"] if str(x["processes"]) == p)
+        host = doc.get("host", {})
+        (RESULTS / "test-time.md").write_text(markdown(doc) + "\n" + Results.host_line(host) + "\n")
+        return 0
     results = Results(script="test_time", threads=None)
     settings = [1, args.processes]
     rows: list[dict] = []
@@ -81,7 +92,7 @@ def main(argv=None) -> int:
                 got = [x for x in rows if x["processes"] == q]
                 if got:
                     summary[str(q)] = {"wall_s": median([x["wall_s"] for x in got]), "runs": [x["wall_s"] for x in got],
-                                       "pytest": got[-1]["summary"]}
+                                       "pytest": got[-1]["summary"], "exit_status": max(x["exit_status"] for x in got)}
             doc = {"selection": args.selection, "processes": args.processes, "rounds": r + 1, "rows": rows,
                    "summary": summary, "load_during": [x["load_avg_after"][0] for x in rows]}
             results.write(RESULTS / "test-time", doc, markdown(doc))

@@ -46,7 +46,10 @@ def compress_cmd(ctx, data_dir, device, out_dir, quiet, **_):
     click.echo(f"\n{config.model} on {config.task} for {s['target'].get('name', config.target)}: {res.bundle}")
     click.echo(f"  chosen: {s['chosen']}")
     if s.get("why"):
-        click.echo(f"  why: {s['why']['reason']}")
+        click.echo(f"  why (plan): {s['why']['reason']}")
+    m = s.get("measured")
+    if m:
+        click.echo(f"  measured: {len(m['rows'])} candidate(s) on {m['val_rows']} validation rows; chose {m['why']}")
     acc = checks["accuracy"]
     click.echo(f"  dev accuracy {acc['measured']:.4f} (uncompressed {acc['reference']:.4f}, drop {acc['drop_points']:.2f} points)")
     lat = checks["latency_ms"]

@@ -77,6 +77,39 @@ PRESETS: dict[str, Preset] = {
                    schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG)),
 }
 OBJECTIVES = ("latency", "accuracy", "size")  # edgenlp.targets.planner.OBJECTIVES
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class FinetuneRule:
+    """``finetune_method="auto"``: tasks of at most ``max_classes`` classes (``None``: any) fine-tune with ``method``,
+    because of ``evidence`` (a measurement, with its results file; ``tests/compress/test_finetune_choice.py`` checks
+    the numbers against the file)."""
+
+    max_classes: int | None
+    method: str
+    evidence: str
+
+
+# The first rule whose max_classes covers the task decides.
+FINETUNE_RULES: tuple[FinetuneRule, ...] = (
+    FinetuneRule(2, "learner", "SST-2 (2 classes), 1 epoch, 3 seeds, each method at its tuned rates: Learner 84.59 ± 0.96, "
+                               "full 84.90 ± 0.67, FAR 84.02 ± 0.40 (tools/bench/results/finetune.json)"),
+    FinetuneRule(None, "far", "banking77 (77 classes), 1 epoch, 3 seeds, each method at its tuned rates: Learner "
+                              "86.37 ± 0.40, full 91.23 ± 0.92, FAR 91.60 ± 0.36 (tools/bench/results/finetune.json)"),
+)
+
+
+def finetune_method_for(asked: str, num_classes: int) -> tuple[str, str]:
+    """``(method, why)``: ``asked`` itself, or for ``auto`` the method :data:`FINETUNE_RULES` gives ``num_classes``."""
+    if asked != AUTO:
+        return asked, "asked for"
+    for rule in FINETUNE_RULES:
+        if rule.max_classes is None or num_classes <= rule.max_classes:
+            span = "any number of classes" if rule.max_classes is None else f"at most {rule.max_classes} classes"
+            return rule.method, f"auto, {num_classes} classes: {rule.method} for {span}; {rule.evidence}"
+    raise AssertionError("FINETUNE_RULES ends with a rule for any number of classes")
+MAX_MEASURE = 16  # candidates built per attempt
 
 
 @dataclass(frozen=True)
@@ -89,8 +122,10 @@ class CompressConfig(Config):
     ``seq_len`` and ``threads`` for the latency budget. ``max_drop`` is the
     largest dev-accuracy drop (points) allowed against the uncompressed
     fine-tuned model. ``finetune_method`` is the fine-tuning method of the
-    first stage (Learners with priming by default). ``max_attempts`` bounds the
-    plan -> build -> verify iterations. ``objective`` is what the plan
+    first stage (``auto`` by default: :func:`finetune_method_for`). ``max_attempts`` bounds the
+    plan -> build -> verify iterations; ``measure`` is how many of the plan's
+    best candidates each attempt builds and scores on a validation split of
+    the training data (:mod:`edgenlp.compress.measured`). ``objective`` is what the plan
     optimizes within the budgets and the accuracy bound (``latency`` by
     default: :func:`edgenlp.targets.planner.choose`).
     """
@@ -106,9 +141,13 @@ class CompressConfig(Config):
     max_drop: float = knob(1.0, help="Largest dev-accuracy drop (points) against the uncompressed fine-tuned model.")
     preset: str = knob("quick", choices=PRESET_NAMES, help="quick: minutes on a CPU (bounded fine-tune, retraining-free "
                                                           "pruning); full: the whole training set, CoFi.")
-    finetune_method: str = knob("learner", help="Fine-tuning method of the first stage (see `edgenlp finetune --method`).")
+    finetune_method: str = knob(AUTO, help="Fine-tuning method of the first stage (see `edgenlp finetune --method`); auto: "
+                                           "Learners for two classes, FAR for more, where each measured best.")
     seed: int = knob(0, help="Seed of every stage.")
     max_attempts: int = knob(3, help="Most plan -> build -> verify iterations.")
+    measure: int = knob(2, help="Candidates built and scored on a validation split of the training data per attempt: "
+                                "the plan's best K; the first of them that meets every bound as measured is verified "
+                                "on dev (1: build the plan's choice only).")
     objective: str = knob("latency", choices=OBJECTIVES, help=(
         "What the plan optimizes within the budgets and --max-drop: latency (the fastest; candidates within the cost "
         "model's own error tie and the smallest wins), accuracy (the smallest predicted drop) or size."))
@@ -129,10 +168,12 @@ class CompressConfig(Config):
             raise ValueError(f"preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}")
         from edgenlp.finetune.config import METHODS
 
-        if self.finetune_method not in METHODS:
-            raise ValueError(f"finetune_method must be one of {', '.join(METHODS)}, got {self.finetune_method!r}")
+        if self.finetune_method not in (AUTO, *METHODS):
+            raise ValueError(f"finetune_method must be one of {', '.join((AUTO, *METHODS))}, got {self.finetune_method!r}")
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool) or self.max_attempts < 1:
             raise ValueError(f"max_attempts must be an integer >= 1, got {self.max_attempts!r}")
+        if isinstance(self.measure, bool) or not isinstance(self.measure, int) or not 1 <= self.measure <= MAX_MEASURE:
+            raise ValueError(f"measure must be an integer in [1, {MAX_MEASURE}], got {self.measure!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
 

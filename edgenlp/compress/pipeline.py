@@ -6,12 +6,21 @@ inputs and an interrupted stage leaves nothing half-written::
 
     DIR/finetune/model/         the fine-tuned model (the accuracy reference)
     DIR/baseline/profile.json   its per-component host profile (the "before")
-    DIR/plan/plan.json          every candidate the planner weighed, the chosen one
+    DIR/plan/plan.json          every candidate the planner weighed, the chosen one, the shortlist
     DIR/prune/model/            the pruned model (absent when the plan prunes nothing)
     DIR/export/bundle/          the quantized bundle (.pte and .onnx)
-    DIR/verify/verify.json      accuracy through the runtimes, budgets vs predicted vs measured
+    DIR/prune-c2/, export-c2/   the shortlist's second candidate (``--measure 2``), and so on
+    DIR/measure/measure.json    every built candidate on the validation split, predicted vs measured
+    DIR/verify/verify.json      the measured choice: dev accuracy through the runtimes, budgets
     DIR/bundle/                 the final bundle (a copy of the passing attempt's)
     DIR/compress.json, DIR/report.md, DIR/*.png
+
+A validation split is held out of the training data before fine-tuning
+(:func:`edgenlp.compress.measured.validation_rows`): fine-tuning early-stops
+on it, pruning and quantization calibrate on the rest of train, and the
+``--measure K`` best candidates of each plan are chosen between on it
+(:mod:`edgenlp.compress.measured`). Dev accuracy is measured for the
+uncompressed model and for the chosen bundle only.
 
 When verification fails (accuracy drop above ``max_drop`` or a budget
 missed, or, for the ``host`` target, a bundle slower on this machine than the
@@ -34,13 +43,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from edgenlp.compress.config import CompressConfig, Preset
+from edgenlp.compress.config import CompressConfig, Preset, finetune_method_for
 from edgenlp.compress.stages import StageRecord, StageRunner
 from edgenlp.errors import EdgeNLPError
 
 log = logging.getLogger(__name__)
 
-STAGES = ("finetune", "baseline", "plan", "prune", "export", "verify")
+STAGES = ("finetune", "baseline", "plan", "prune", "export", "measure", "verify")
 SUMMARY_VERSION = 1
 FINAL_FILES = ("compress.json", "report.md", "candidates.png", "profile.png")
 
@@ -84,14 +93,15 @@ def check_model(spec: str) -> None:
         raise EdgeNLPError(f"unknown model {spec!r}: not a directory and not one of {', '.join(names)}")
 
 
-def finetune_config(config: CompressConfig, preset: Preset):
-    """The first stage's fine-tuning config: the library defaults, bounded by the preset."""
+def finetune_config(config: CompressConfig, preset: Preset, num_classes: int):
+    """The first stage's fine-tuning config: the library defaults, bounded by the preset; ``auto`` resolved for the task."""
     from edgenlp.finetune.config import FinetuneConfig, LearnerConfig
 
+    method, _ = finetune_method_for(config.finetune_method, num_classes)
     learner = None
-    if config.finetune_method == "learner" and preset.priming_steps is not None:
+    if method == "learner" and preset.priming_steps is not None:
         learner = LearnerConfig(priming_steps=preset.priming_steps)
-    return FinetuneConfig(method=config.finetune_method, epochs=None,
+    return FinetuneConfig(method=method, epochs=None,
                           max_steps=preset.max_steps, train_limit=preset.train_limit, seed=config.seed,
                           max_seq_len=preset.finetune_seq_len, learner=learner)
 
@@ -104,8 +114,10 @@ def host_threads(threads: int) -> int:
 # --------------------------------------------------------------------------- stages
 
 
-def _stage_name(stage: str, attempt: int) -> str:
-    return stage if attempt == 1 else f"{stage}-{attempt}"
+def _stage_name(stage: str, attempt: int, slot: int = 1) -> str:
+    """``stage``, ``stage-2`` for attempt 2, ``stage-c2`` / ``stage-2-c2`` for the shortlist's second candidate."""
+    name = stage if attempt == 1 else f"{stage}-{attempt}"
+    return name if slot == 1 else f"{name}-c{slot}"
 
 
 def _accuracy(report: dict) -> float:
@@ -148,7 +160,13 @@ class Compressor:
 
         self.budgets = resolve_budgets(self.target, latency_ms=config.latency_ms, memory_mb=config.memory_mb,
                                        size_mb=config.size_mb, seq_len=config.seq_len, threads=config.threads)
-        self.data_key = {"task": self.data.name, "train": file_key(self.data.train.path), "dev": file_key(self.data.dev.path)}
+        from edgenlp.compress.measured import validation_rows
+
+        self.val_rows = validation_rows(len(self.data.train))
+        # tuned on train minus validation; chosen between on validation; dev only reports
+        self.tuning, self.val = self.data.hold_out(self.val_rows, seed=config.seed)
+        self.data_key = {"task": self.data.name, "train": file_key(self.data.train.path), "dev": file_key(self.data.dev.path),
+                         "validation": {"rows": self.val_rows, "seed": config.seed}}
         self.started = time.perf_counter()
         self.stage_seconds: dict[str, float] = {}
         self.runner = StageRunner(self.out, on_event=self._event)
@@ -172,14 +190,19 @@ class Compressor:
         from edgenlp.finetune import finetune
         from edgenlp.models.registry import load_model
 
-        ftc = finetune_config(self.config, self.preset)
+        ftc = finetune_config(self.config, self.preset, self.data.num_labels)
+        _, why = finetune_method_for(self.config.finetune_method, self.data.num_labels)
 
         def run(tmp: Path) -> dict:
             model, info = load_model(self.config.model, labels=self.data.labels, seed=self.config.seed)
-            res = finetune(model, info, self.data, ftc, device=self.device, show_progress=self.progress)
+            res = finetune(model, info, self.tuning, ftc, device=self.device, show_progress=self.progress)
             res.save(tmp / "model", info)
             rep = res.report
-            return {"dev": rep.get("dev", {}), "method": rep.get("method"), "trainable_params": rep.get("trainable_params"),
+            from edgenlp.compress.measured import eager_accuracy
+
+            dev = eager_accuracy(res.model, info, self.data.dev, self.data.labels, max_len=ftc.max_seq_len)
+            return {"dev": dev, "val": rep.get("dev", {}), "val_rows": len(self.val), "train_rows": len(self.tuning.train),
+                    "method": rep.get("method"), "method_why": why, "trainable_params": rep.get("trainable_params"),
                     "total_params": rep.get("total_params"), "steps": rep.get("steps"), "device": rep.get("device")}
 
         inputs = {"model": model_key(self.config.model), "data": self.data_key, "finetune": ftc.to_dict()}
@@ -205,6 +228,7 @@ class Compressor:
 
     # -- stage 3: plan
     def plan(self, ft: StageRecord, attempt: int, excluded: list[dict]) -> StageRecord:
+        from edgenlp.compress.measured import recalled
         from edgenlp.compress.planning import plan_for_compress
 
         def run(tmp: Path) -> dict:
@@ -214,23 +238,26 @@ class Compressor:
             model, _ = load_model(ft.path / "model", labels=self.data.labels)
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
                                     preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
-                                    objective=self.config.objective)
+                                    objective=self.config.objective, measure=self.config.measure,
+                                    measured=recalled(self.measured_key()))
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
-                    "why": doc.get("why")}
+                    "shortlist": doc["shortlist"], "why": doc.get("why")}
 
         from edgenlp.targets.costmodel import cost_table_sources
 
         # The cost tables by file identity: a recalibration (or a device table measured since) re-plans.
+        # (the measured-candidates cache is not an input: a rerun resumes the plan it made; a new run reads the cache)
         inputs = {"target": self.target.to_dict(), "budgets": self.budgets.to_dict(), "preset": self.preset.name,
                   "excluded": excluded, "max_drop": self.config.max_drop, "objective": self.config.objective,
+                  "measure": self.config.measure,
                   "prune_budgets": self.preset.prune_budget_map(),
                   "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
 
     # -- stage 4: prune
-    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
-        cand = plan.result["chosen"]
+    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
+        cand = cand if cand is not None else plan.result["chosen"]
         from edgenlp.prune.config import DistillConfig  # recovery distillation after any pruning, bounded by the preset
 
         recovery = DistillConfig(train_limit=self.preset.train_limit, max_steps=self.preset.max_steps,
@@ -246,20 +273,21 @@ class Compressor:
             method = cand["prune_method"]
             pcfg = prune_config(method, target_sparsity=float(cand["sparsity"]), seq_len=self.budgets.seq_len,
                                 seed=self.config.seed, **self.preset.prune_kwargs(method))  # the budget the prior measured
-            res = prune(model, info, self.data, pcfg, device=self.device, progress=self.progress,
-                        dev_before=ft.result.get("dev") or None)
+            # on the tuning split: its "dev" is the validation split, so dev_* below are validation accuracies
+            res = prune(model, info, self.tuning, pcfg, device=self.device, progress=self.progress,
+                        dev_before=ft.result.get("val") or None)
             from edgenlp.prune.recovery import recover
 
-            res = recover(res, model, info, self.data, recovery, device=self.device, progress=self.progress)
+            res = recover(res, model, info, self.tuning, recovery, device=self.device, progress=self.progress)
             res.save(tmp / "model")
             keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "dev_pruned", "seconds", "shape")
-            return {"identity": False, "model": f"{_stage_name('prune', attempt)}/model",
+            return {"identity": False, "model": f"{_stage_name('prune', attempt, slot)}/model", "evaluated_on": "validation",
                     **{k: res.report[k] for k in keep if k in res.report}}
 
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
                   "budget": self.preset.prune_budget(cand["prune_method"]) if cand.get("prune_method") else None,
                   "recovery": recovery.to_dict()}
-        return self._record(self.runner.run(_stage_name("prune", attempt), run, inputs=inputs, upstream=(ft, plan)))
+        return self._record(self.runner.run(_stage_name("prune", attempt, slot), run, inputs=inputs, upstream=(ft, plan)))
 
     def _model_path(self, pr: StageRecord) -> Path:
         """The model the prune stage hands on, relative to this run's folder (so a copied run folder stays whole)."""
@@ -269,23 +297,56 @@ class Compressor:
         return self.out / rel
 
     # -- stage 5: quantize + export
-    def export(self, pr: StageRecord, plan: StageRecord, attempt: int) -> StageRecord:
-        cand = plan.result["chosen"]
-        max_len = max(self.budgets.seq_len, 128)
+    def export(self, pr: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
+        cand = cand if cand is not None else plan.result["chosen"]
+        max_len = self.max_len
 
         def run(tmp: Path) -> dict:
             from edgenlp.compress.build import export_candidate
             from edgenlp.executor import Task
 
             (built,) = self.build_candidates([Task(
-                _stage_name("export", attempt), export_candidate, (str(self._model_path(pr)), str(tmp / "bundle")),
-                {"candidate": cand, "labels": self.data.labels, "task": self.data, "max_seq_len": max_len,
+                _stage_name("export", attempt, slot), export_candidate, (str(self._model_path(pr)), str(tmp / "bundle")),
+                {"candidate": cand, "labels": self.data.labels, "task": self.tuning, "max_seq_len": max_len,
                  "annotations": {"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
                  "progress": self.progress})])
             return {"sizes": built["sizes"], "parity": built["parity"]}
 
         inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
-        return self._record(self.runner.run(_stage_name("export", attempt), run, inputs=inputs, upstream=(pr, plan)))
+        return self._record(self.runner.run(_stage_name("export", attempt, slot), run, inputs=inputs, upstream=(pr, plan)))
+
+    @property
+    def max_len(self) -> int:
+        """The longest input a built bundle takes."""
+        return max(self.budgets.seq_len, 128)
+
+    # -- stage 6: the shortlist on the validation split
+    def measure(self, ft: StageRecord, plan: StageRecord, built: list[tuple[dict, StageRecord, StageRecord]],
+                attempt: int) -> StageRecord:
+        """Score every built candidate on the validation split; choose the first (in the plan's order) that meets every bound."""
+        from edgenlp.compress.measured import measure_built
+
+        def run(tmp: Path) -> dict:
+            return measure_built([(p, ex.path / "bundle", ex.stage) for p, _, ex in built], tmp / "measure.json",
+                                 model_dir=ft.path / "model", labels=self.data.labels, val=self.val, max_len=self.max_len,
+                                 target=self.target, budgets=self.budgets, max_drop=self.config.max_drop,
+                                 threads=host_threads(self.budgets.threads),
+                                 echo=lambda msg: self.echo(f"[{_stage_name('measure', attempt)}] {msg}"))
+
+        inputs = {"candidates": [p["candidate"] for p, _, _ in built], "max_drop": self.config.max_drop,
+                  "budgets": self.budgets.to_dict(), "validation": self.data_key["validation"], "max_len": self.max_len}
+        rec = self._record(self.runner.run(_stage_name("measure", attempt), run, inputs=inputs,
+                                           upstream=(ft, plan, *(ex for _, _, ex in built))))
+        if not rec.skipped:
+            from edgenlp.compress.measured import remember
+
+            remember(self.measured_key(), rec.result["rows"], source=f"compress run {self.out}")
+        return rec
+
+    def measured_key(self) -> dict:
+        """What this run's measurements are cached under: the model, the task's data, the fine-tuning."""
+        return {"model": model_key(self.config.model), "data": self.data_key,
+                "finetune": finetune_config(self.config, self.preset, self.data.num_labels).to_dict(), "seed": self.config.seed}
 
     def build_candidates(self, tasks: list) -> list:
         """Run candidate builds (:class:`edgenlp.executor.Task`) on this run's executor; their results, in order.
@@ -312,18 +373,21 @@ class Compressor:
         return base.path / prog["pte"], prog["method"]
 
     # -- stage 6: verify
-    def verify(self, ft: StageRecord, base: StageRecord, plan: StageRecord, ex: StageRecord, attempt: int) -> StageRecord:
+    def verify(self, ft: StageRecord, base: StageRecord, plan: StageRecord, ex: StageRecord, attempt: int,
+               cand: dict | None = None) -> StageRecord:
         from edgenlp.compress.verify import verify_bundle
+
+        cand = cand if cand is not None else plan.result["chosen"]
 
         def run(tmp: Path) -> dict:
             return verify_bundle(ex.path / "bundle", tmp, data=self.data, target=self.target, budgets=self.budgets,
                                  reference_accuracy=_accuracy(ft.result["dev"]), max_drop=self.config.max_drop,
                                  baseline_latency_ms=base.result["latency_ms"], baseline_program=self._baseline_program(base),
-                                 runs=self.preset.profile_runs, candidate=plan.result["chosen"],
+                                 runs=self.preset.profile_runs, candidate=cand,
                                  threads=host_threads(self.budgets.threads), native=_native_available())
 
         inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs,
-                  "host_speed_gate": True}
+                  "host_speed_gate": True, "candidate": cand}
         return self._record(self.runner.run(_stage_name("verify", attempt), run, inputs=inputs,
                                             upstream=(ft, base, plan, ex)))
 
@@ -370,15 +434,27 @@ class Compressor:
                     raise
                 exhausted = str(exc)  # every candidate left was ruled out by the failed attempts: report those
                 break
-            pr = self.prune(ft, plan, attempt)
-            ex = self.export(pr, plan, attempt)
-            ver = self.verify(ft, base, plan, ex, attempt)
-            attempts.append({"attempt": attempt, "plan": plan, "prune": pr, "export": ex, "verify": ver})
+            shortlist = plan.result.get("shortlist") or [plan.result["predicted"] or {"candidate": plan.result["chosen"]}]
+            built, pruned = [], {}
+            for slot, point in enumerate(shortlist, 1):
+                cand = point["candidate"]
+                how = (cand.get("prune_method"), cand.get("sparsity") or 0.0)  # candidates pruned alike share one prune stage
+                pr = pruned.get(how) or self.prune(ft, plan, attempt, cand, slot)
+                pruned[how] = pr
+                built.append((point, pr, self.export(pr, plan, attempt, cand, slot)))
+            ms = self.measure(ft, plan, built, attempt)
+            point, pr, ex = built[ms.result["chosen_index"]]
+            chosen = point["candidate"]
+            self.echo(f"attempt {attempt}: measured {len(built)} candidate(s) on validation; chose {ms.result['why']}")
+            ver = self.verify(ft, base, plan, ex, attempt, chosen)
+            attempts.append({"attempt": attempt, "plan": plan, "prune": pr, "export": ex, "measure": ms, "verify": ver,
+                             "chosen": chosen})
             if ver.result["passed"]:
                 passed = attempts[-1]
                 break
             self.echo(f"attempt {attempt}: {'; '.join(ver.result['failures'])}; planning again")
-            excluded = [*excluded, *exclusions_after(plan.result["chosen"], ver.result["failures_kind"])]
+            missed = [{"exactly": r["candidate"]} for r in ms.result["rows"] if not r["meets"] and r["candidate"] != chosen]
+            excluded = [*excluded, *exclusions_after(chosen, ver.result["failures_kind"]), *missed]
         summary = write_reports(self, ft=ft, base=base, attempts=attempts, passed=passed)
         if passed is None:
             last = attempts[-1]["verify"].result

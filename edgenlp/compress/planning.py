@@ -79,18 +79,25 @@ def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
 
 
 def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, excluded: list, task,
-                      max_drop: float | None = None, objective: str = "latency") -> dict:
+                      max_drop: float | None = None, objective: str = "latency", measure: int = 1,
+                      measured: list[dict] | None = None) -> dict:
     """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate.
 
     The accuracy prior counts only rows measured at the budgets the preset
     spends on each pruning method; a method is offered at its measured
     sparsities only, and not at all without rows (``not_offered``). ``why``
-    says why the chosen candidate won on ``objective``.
+    says why the chosen candidate won on ``objective``. ``shortlist`` holds
+    the ``measure`` best fitting candidates, the chosen one first.
+    ``measured`` rows (``{"candidate", "drop", "source"}``: candidates an
+    earlier run built and measured for this model and task) replace the
+    prior's drop for those candidates.
     """
     from edgenlp.targets.planner import default_space, plan
     from edgenlp.targets.prior import AccuracyModel
 
     acc = AccuracyModel(budgets=preset.prune_budget_map())
+    if measured:
+        acc = acc.with_measured_candidates(measured)
     methods = [m for m in preset.prune_methods if acc.sparsities(m)]
     unmeasured = [m for m in preset.prune_methods if m not in methods]
     space = [c for c in default_space(prune_methods=(), schemes=preset.schemes, sparsities=(0.0,))]
@@ -104,16 +111,18 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
         raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
     result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name,
                   accuracy_model=acc, objective=objective)  # fmt: skip
-    considered = []
-    for point in result.considered:
+    def doc(point) -> dict:
         cand, pred, drop, fits = point
-        considered.append({"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
-                           "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
-                           "predicted_drop": drop, "fits": bool(fits), "estimated": bool(pred.estimated),
-                           "prior": point.prior.to_dict() if point.prior else None})  # fmt: skip
+        return {"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
+                "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
+                "predicted_drop": drop, "fits": bool(fits), "estimated": bool(pred.estimated),
+                "prior": point.prior.to_dict() if point.prior else None}  # fmt: skip
+
+    considered = [doc(point) for point in result.considered]
     chosen = _cand(result.chosen)
     point = next((c for c in considered if c["candidate"] == chosen), None)
     return {"chosen": chosen, "chosen_prediction": point, "chosen_point": point, "considered": considered,
+            "shortlist": [doc(p) for p in result.shortlist(measure)], "measured_rows_used": len(measured or []),
             "estimated": bool(getattr(result, "estimated", True)), "excluded": excluded,
             "why": result.choice.to_dict() if result.choice else None,
             "prior": {"budgets": preset.prune_budget_map(), "methods_offered": methods,

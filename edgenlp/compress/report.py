@@ -78,14 +78,17 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         copy_bundle(bundle_dir, out / "bundle")
 
     ref = float(ft.result["dev"]["accuracy"])
-    stages_acc = [{"stage": "finetune (uncompressed)", "accuracy": ref, "through": "eager PyTorch"}]
+    stages_acc = [{"stage": "finetune (uncompressed)", "accuracy": ref, "split": "dev", "through": "eager PyTorch"}]
     pr = final["prune"].result
     if not pr.get("identity"):
         after = pr.get("dev_after", {})
         if isinstance(after, dict) and "accuracy" in after:
-            stages_acc.append({"stage": "prune", "accuracy": float(after["accuracy"]), "through": "eager PyTorch"})
+            stages_acc.append({"stage": "prune", "accuracy": float(after["accuracy"]),
+                               "split": pr.get("evaluated_on", "dev"), "through": "eager PyTorch"})
     for rt, r in ver["accuracy"].items():
-        stages_acc.append({"stage": "quantize + export", "accuracy": float(r["accuracy"]), "through": f"bundle, {rt}"})
+        stages_acc.append({"stage": "quantize + export", "accuracy": float(r["accuracy"]), "split": "dev",
+                           "through": f"bundle, {rt}"})
+    measured = final["measure"].result if final.get("measure") is not None else None
 
     summary = {
         "version": SUMMARY_VERSION,
@@ -93,7 +96,10 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         "config": c.config.to_dict(),
         "target": c.target.to_dict(),
         "budgets": c.budgets.to_dict(),
-        "chosen": final["plan"].result["chosen"],
+        "chosen": final.get("chosen", final["plan"].result["chosen"]),
+        "measured": measured,
+        "finetune": {"method": ft.result.get("method"), "why": ft.result.get("method_why"),
+                     "train_rows": ft.result.get("train_rows"), "val_rows": ft.result.get("val_rows")},
         "why": plan_doc.get("why"),
         "prior": {**(plan_doc.get("prior") or {}), "chosen": (plan_doc.get("chosen_point") or {}).get("prior")},
         "predicted": ver["checks"],
@@ -105,7 +111,9 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         "agreement_with_executorch": ver["agreement_with_executorch"],
         "parity": ver["parity"],
         "sizes": ver["sizes"],
-        "attempts": [{"attempt": a["attempt"], "chosen": a["plan"].result["chosen"], "passed": a["verify"].result["passed"],
+        "attempts": [{"attempt": a["attempt"], "chosen": a.get("chosen", a["plan"].result["chosen"]),
+                      "measured": len(a["measure"].result["rows"]) if a.get("measure") is not None else 0,
+                      "passed": a["verify"].result["passed"],
                       "failures": a["verify"].result["failures"], "failures_kind": a["verify"].result.get("failures_kind"),
                       "host_speedup": a["verify"].result.get("host_speedup")} for a in attempts],
         "recipe": manifest.get("applied", []),
@@ -176,9 +184,29 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
             lines += [f"Not offered: {', '.join(prior['methods_without_rows'])} (no measured prior row at the budget this "
                       "preset spends)."]
         lines.append("")
-    lines += ["## Accuracy after each stage", "", "| stage | dev accuracy | measured through |", "|---|---|---|"]
+    m = s.get("measured")
+    if m:
+        ref = m["reference"]["val_accuracy"]
+        lines += ["## Candidates built and measured", "",
+                  f"The plan's best {len(m['rows'])} candidate(s) on its objective, each built for real and run through "
+                  f"ExecuTorch on {m['val_rows']} validation rows held out of the training data (the uncompressed model: "
+                  f"{ref:.4f} there). Chosen: {m['why']}. Dev accuracy is measured for the chosen bundle only.", "",
+                  "| # | candidate | predicted drop | measured drop (validation) | predicted size (MB) | measured size (MB) | "
+                  "predicted latency (ms) | for its real shape (ms) | meets every bound |", "|---|---|---|---|---|---|---|---|---|"]
+        for i, r in enumerate(m["rows"]):
+            mark = " (chosen)" if i == m["chosen_index"] else ""
+            lines.append(f"| {i + 1}{mark} | `{json.dumps(r['candidate'], sort_keys=True)}` | {_fmt(r['predicted_drop'])} | "
+                         f"{_fmt(r['measured_drop'])} | {_fmt(r['predicted_size_mb'])} | {_fmt(r['measured_size_mb'])} | "
+                         f"{_fmt(r['predicted_latency_ms'])} | {_fmt(r['real_shape_latency_ms'])} | "
+                         f"{'yes' if r['meets'] else 'no: ' + ', '.join(r['fails'])} |")
+        lines.append("")
+    f = s.get("finetune") or {}
+    if f.get("method"):
+        lines += [f"Fine-tuned with `{f['method']}`" + (f" ({f['why']})" if f.get("why") else "") +
+                  (f" on {f['train_rows']} training rows, {f['val_rows']} held out for validation." if f.get("val_rows") else "."), ""]
+    lines += ["## Accuracy after each stage", "", "| stage | accuracy | split | measured through |", "|---|---|---|---|"]
     for r in s["accuracy"]:
-        lines.append(f"| {r['stage']} | {r['accuracy']:.4f} | {r['through']} |")
+        lines.append(f"| {r['stage']} | {r['accuracy']:.4f} | {r.get('split', 'dev')} | {r['through']} |")
     a = p["accuracy"]
     lines += ["", f"Drop against the uncompressed model: {a['drop_points']:.2f} points (limit {a['limit']}).", ""]
     if s["agreement_with_executorch"]:

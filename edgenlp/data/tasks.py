@@ -95,6 +95,28 @@ class TaskData:
     def num_labels(self) -> int:
         return len(self.labels)
 
+    def hold_out(self, rows: int, *, seed: int) -> tuple["TaskData", Split]:
+        """``(the task tuned without them, validation)``: ``rows`` seeded train rows held out as a validation split.
+
+        The returned task trains on the rest of train and evaluates (and
+        early-stops) on the validation rows, so whatever is chosen on it never
+        sees dev. A train row whose text is also in dev is never held out, and
+        every train row equal to a held-out one (text and label) leaves
+        train, so validation is disjoint from both dev and the rows tuned on.
+        """
+        import random
+
+        if rows < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        dev_texts = set(self.dev.texts)
+        eligible = [i for i, t in enumerate(self.train.texts) if t not in dev_texts]
+        if len(eligible) < rows + 1:
+            raise DataError(f"{self.train.path}: {len(eligible)} train rows not in dev, too few to hold out {rows} for validation")
+        val = self.train.take(sorted(random.Random(seed).sample(eligible, rows)))
+        held = set(zip(val.texts, val.labels))
+        keep = [i for i, row in enumerate(zip(self.train.texts, self.train.labels)) if row not in held]
+        return TaskData(self.name, self.labels, self.train.take(keep), val, self.primary_metric), val
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,

@@ -347,6 +347,11 @@ class Plan:
     trimmed_vocab_size: int | None = None
     choice: Choice | None = field(default=None, compare=False)
     not_offered: tuple[Candidate, ...] = field(default=(), compare=False)
+    ranked: tuple[Considered, ...] = field(default=(), compare=False)  # the fitting candidates, best first (:func:`rank`)
+
+    def shortlist(self, k: int) -> list[Considered]:
+        """The ``k`` best fitting candidates on the plan's objective, the chosen one first (what ``compress --measure k`` builds)."""
+        return list(self.ranked[:k]) if self.ranked else [self.chosen_point][:k]
 
     @property
     def estimated(self) -> bool:
@@ -386,6 +391,16 @@ def _violations(pred: Prediction, budgets: Budgets, drop: float, max_drop: float
     if max_drop is not None and drop > max_drop:
         out.append("accuracy")
     return tuple(out)
+
+
+def rank(fitting: list[Considered], **choose_kwargs) -> list[Considered]:
+    """``fitting`` ordered best first: :func:`choose` picks the first, then the best of the rest, and so on."""
+    left, out = list(fitting), []
+    while left:
+        best = choose(left, **choose_kwargs).chosen
+        out.append(best)
+        left = [c for c in left if c is not best]
+    return out
 
 
 def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: AccuracyModel | None = None,
@@ -449,12 +464,15 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         precisions = tuple(sorted({p for c in fitting for p in layer_bits(_blank_shape(shape.num_layers),
                                                                          resolve_bits(c.candidate.bits, shape.num_layers))}))
         latency_tolerance = cost_model.ranking_tolerance(precisions, threads=budgets.threads)
-    choice = choose(fitting, objective=objective, latency_tolerance=latency_tolerance, drop_tolerance=accuracy_model.tolerance(max_drop),
-                    max_drop=max_drop)  # fmt: skip
+    kwargs = dict(objective=objective, latency_tolerance=latency_tolerance, drop_tolerance=accuracy_model.tolerance(max_drop),
+                  max_drop=max_drop)  # fmt: skip
+    choice = choose(fitting, **kwargs)
     chosen = choice.chosen
+    ranked = rank(fitting, **kwargs)
     if chosen.prior is not None and chosen.prior.basis != "measured":
         log.warning("the chosen candidate's accuracy is %s, not measured: %s", chosen.prior.basis, chosen.prior.note)
     log.info("plan for %s%s: %s (predicted %.2f ms, %.1f MB, %.2f MB, drop %.2f); %s", target.name, f" / {task}" if task else "",
              chosen.candidate.label, chosen.prediction.latency_ms, chosen.prediction.peak_memory_mb, chosen.prediction.size_mb,
              chosen.drop, choice.reason())  # fmt: skip
-    return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed, choice, tuple(not_offered))
+    return Plan(chosen.candidate, chosen, tuple(considered), target.name, budgets, shape, trimmed, choice, tuple(not_offered),
+                tuple(ranked))

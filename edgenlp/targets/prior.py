@@ -99,6 +99,29 @@ class AccuracyModel:
             if not {"method", "sparsity", "drop"} <= set(r) or not 0.0 < float(r["sparsity"]) < 1.0:
                 raise ValueError(f"accuracy prior: prune row {r} needs method, a sparsity in (0, 1) and drop")
         self._prune = self._select_budgets()
+        self.measured_candidates: dict[str, dict] = {}  # candidate key -> {"drop", "source"}: whole candidates built and measured
+
+    @staticmethod
+    def candidate_key(candidate) -> str:
+        """A candidate (a planner ``Candidate`` or its dict) as the key of :attr:`measured_candidates`."""
+        d = candidate.to_dict() if hasattr(candidate, "to_dict") else dict(candidate)
+        d = {k: v for k, v in d.items() if k not in ("type", "version")}
+        return json.dumps(d, sort_keys=True)
+
+    def with_measured_candidates(self, rows: list[dict]) -> "AccuracyModel":
+        """A copy that predicts each candidate of ``rows`` (``{"candidate", "drop", "source"}``) by its own measured drop.
+
+        Such a drop was measured on the whole candidate as ``compress`` built
+        it (on a validation split of this task's training data), so it
+        replaces the drop composed from the prior's parts; the latest row of a
+        candidate wins.
+        """
+        out = AccuracyModel(self.table, baseline=self.baseline, budgets=self.budgets)
+        out.measured_candidates = dict(self.measured_candidates)
+        for r in rows:
+            out.measured_candidates[self.candidate_key(r["candidate"])] = {"drop": float(r["drop"]),
+                                                                         "source": str(r.get("source", "measured"))}
+        return out
 
     # ---- rows
 
@@ -220,8 +243,13 @@ class AccuracyModel:
     # ---- candidates
 
     def explain(self, candidate, *, num_layers: int = 6) -> PriorPoint:
-        """The candidate's drop, the worst basis of its parts, and the results files they come from."""
+        """The candidate's drop, the worst basis of its parts, and the results files they come from
+        (or the candidate's own measured drop, from :meth:`with_measured_candidates`)."""
         from edgenlp.targets.costmodel import resolve_mixed
+
+        own = self.measured_candidates.get(self.candidate_key(candidate)) if self.measured_candidates else None
+        if own is not None:
+            return PriorPoint(own["drop"], "measured", (own["source"],), "this candidate, built and measured")
 
         bits_ = resolve_mixed(candidate.bits, num_layers)
         per = (bits_,) * num_layers if isinstance(bits_, str) else tuple(bits_)

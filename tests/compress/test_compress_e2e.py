@@ -63,6 +63,18 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     assert doc["recipe"] == bundle.manifest["applied"] and doc["predicted"]["size_mb"]["passed"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "## Budgets" in report and "## Recipe" in report and "candidates.png" in report
+    # Measured planning: the plan's best two were built and scored on validation rows held out of train; the
+    # chosen one is the measure stage's choice, and verification ran on its bundle.
+    measured = json.loads((tmp_path / "run" / "measure" / "measure.json").read_text())
+    plan_doc = json.loads((tmp_path / "run" / "plan" / "plan.json").read_text())
+    assert [r["candidate"] for r in measured["rows"]] == [p["candidate"] for p in plan_doc["shortlist"]]
+    assert len(measured["rows"]) == min(2, sum(p["fits"] for p in plan_doc["considered"]))
+    assert s["chosen"] == measured["chosen"] == measured["rows"][measured["chosen_index"]]["candidate"]
+    verify_rec = json.loads((tmp_path / "run" / "verify" / "stage.json").read_text())
+    assert verify_rec["inputs"]["candidate"] == s["chosen"]
+    assert "## Candidates built and measured" in report and s["measured"]["val_rows"] == 1
+    ft_rec = json.loads((tmp_path / "run" / "finetune" / "stage.json").read_text())["result"]
+    assert ft_rec["train_rows"] == 3 and ft_rec["val_rows"] == 1  # 4 train rows: 1 held out for validation
     assert (tmp_path / "run" / "candidates.png").stat().st_size > 0
     # The speed-up comes from the fp32 program and the bundle timed alternately in one process.
     sp = s["host_speedup_detail"]
@@ -92,6 +104,15 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     # A changed accuracy limit redoes the plan and what follows it, not the fine-tune or the baseline.
     res3 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
     assert {"finetune", "baseline"} <= set(res3.summary["stages_skipped"]) and "plan" not in res3.summary["stages_skipped"]
+    # ... and plans with what the first run measured (the local cache), in place of the prior's drops
+    cached = json.loads((tmp_path / "cache" / "measured-candidates.json").read_text())["rows"]
+    assert {json.dumps(r["candidate"], sort_keys=True) for r in cached} >= {json.dumps(r["candidate"], sort_keys=True)
+                                                                           for r in measured["rows"]}
+    replanned = json.loads((tmp_path / "run" / "plan" / "plan.json").read_text())
+    assert replanned["measured_rows_used"] >= len(measured["rows"])
+    for r in measured["rows"]:
+        point = next(p for p in replanned["considered"] if p["candidate"] == r["candidate"])
+        assert point["predicted_drop"] == pytest.approx(r["measured_drop"]) and point["prior"]["basis"] == "measured"
 
     # Calibrating this machine since the last run re-plans too: the plan's fingerprint names the cost tables.
     host_table_path().parent.mkdir(parents=True, exist_ok=True)

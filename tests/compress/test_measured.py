@@ -1,0 +1,130 @@
+"""Measured planning (edgenlp.compress.measured): the validation split, the choice among built candidates, the cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from edgenlp.compress.config import PRESETS, CompressConfig
+from edgenlp.compress.measured import add_to_cache, cache_rows, choose_measured, validation_rows
+from edgenlp.compress.planning import plan_for_compress
+from edgenlp.data.tasks import Split, TaskData
+from edgenlp.errors import DataError
+
+
+def _task(n_train=50, overlap=("shared one", "shared two")):
+    texts = [f"train sentence {i}" for i in range(n_train)] + list(overlap) + ["twice", "twice"]
+    labels = [("pos", "neg")[i % 2] for i in range(n_train)] + ["pos"] * len(overlap) + ["neg", "neg"]
+    dev = Split(tuple(overlap) + ("only in dev",), ("pos",) * len(overlap) + ("neg",), "dev.tsv")
+    return TaskData("t", ("neg", "pos"), Split(tuple(texts), tuple(labels), "train.tsv"), dev)
+
+
+def test_validation_split_is_disjoint_from_dev_and_from_what_is_tuned_on():
+    task = _task()
+    for seed in range(20):
+        tuning, val = task.hold_out(10, seed=seed)
+        assert len(val) == 10
+        assert not set(val.texts) & set(task.dev.texts)  # never a dev sentence
+        assert not set(zip(val.texts, val.labels)) & set(zip(tuning.train.texts, tuning.train.labels))
+        assert tuning.dev == val and tuning.labels == task.labels  # the tuning task evaluates on validation
+        held = set(zip(val.texts, val.labels))
+        # every train row is either tuned on or held out (a duplicate of a held-out row goes with it)
+        assert len(tuning.train) + sum(row in held for row in zip(task.train.texts, task.train.labels)) == len(task.train)
+    assert task.hold_out(10, seed=3)[1] == task.hold_out(10, seed=3)[1]  # seeded
+    assert task.hold_out(10, seed=3)[1] != task.hold_out(10, seed=4)[1]
+    with pytest.raises(DataError, match="too few"):
+        _task(n_train=3).hold_out(10, seed=0)
+    with pytest.raises(ValueError):
+        task.hold_out(0, seed=0)
+    assert [validation_rows(n) for n in (67349, 9003, 64, 4)] == [1000, 900, 6, 1]
+
+
+def _row(drop, *, fails=(), label="c"):
+    return {"candidate": {"bits": label}, "measured_drop": drop, "fails": list(fails), "meets": not fails}
+
+
+def test_the_first_candidate_meeting_every_bound_as_measured_wins():
+    rows = [_row(2.5, fails=["accuracy"], label="a"), _row(0.4, label="b"), _row(0.1, label="c")]
+    i, why = choose_measured(rows)
+    assert i == 1 and "#1 (accuracy)" in why  # the plan's order decides among those that meet the bounds
+    assert choose_measured([_row(0.3), _row(0.1)])[0] == 0
+    assert choose_measured([_row(0.9, fails=["size"]), _row(0.2)])[0] == 1  # a measured size miss counts too
+    i, why = choose_measured([_row(3.0, fails=["accuracy"]), _row(1.5, fails=["accuracy"]), _row(2.0, fails=["accuracy"])])
+    assert i == 1 and "no candidate met" in why  # none meets: the smallest measured drop, for verify to judge
+    with pytest.raises(ValueError):
+        choose_measured([])
+
+
+def test_measurements_are_cached_per_model_task_and_finetuning(tmp_path):
+    path = tmp_path / "cache.json"
+    key = {"model": {"name": "m"}, "data": {"task": "t"}, "finetune": {"method": "learner"}, "seed": 0}
+    assert cache_rows(key, path) == []
+    add_to_cache(key, [{"candidate": {"bits": "int8"}, "drop": 0.4}], path)
+    add_to_cache({**key, "seed": 1}, [{"candidate": {"bits": "int4"}, "drop": 1.2}], path)
+    rows = cache_rows(key, path)
+    assert [(r["candidate"], r["drop"]) for r in rows] == [({"bits": "int8"}, 0.4)] and "when" in rows[0]
+    path.write_text("{not json")
+    assert cache_rows(key, path) == []  # unreadable: planned as if empty, then rewritten
+    add_to_cache(key, [{"candidate": {"bits": "int8"}, "drop": 0.5}], path)
+    assert [r["drop"] for r in cache_rows(key, path)] == [0.5]
+    path.write_text(json.dumps({"version": 1, "rows": [{"key": key, "candidate": {"bits": "x"}, "drop": float("nan")}]}))
+    assert cache_rows(key, path) == []  # a row without a finite drop is ignored
+
+
+@pytest.fixture(scope="module")
+def planned():
+    from edgenlp.compress.planning import load_target, resolve_budgets
+    from edgenlp.targets.costmodel import MINILM_L6
+
+    target = load_target("pixel-7")
+    budgets = resolve_budgets(target)
+    task = _task()
+
+    def run(**kw):
+        return plan_for_compress(target, budgets, shape=MINILM_L6, num_labels=2, preset=PRESETS["quick"], excluded=[],
+                                 task=task, max_drop=1.0, **kw)
+
+    return run
+
+
+def test_the_shortlist_is_the_plans_ranking(planned):
+    doc = planned(measure=3)
+    short = doc["shortlist"]
+    assert len(short) == 3 and short[0]["candidate"] == doc["chosen"]
+    assert all(p["fits"] for p in short) and len({json.dumps(p["candidate"], sort_keys=True) for p in short}) == 3
+    assert [p["candidate"] for p in planned(measure=1)["shortlist"]] == [doc["chosen"]]
+    # without its head, the ranking's second is what the plan would choose
+    second = planned(measure=1, measured=[{"candidate": doc["chosen"], "drop": 50.0}])
+    assert second["chosen"] == short[1]["candidate"]
+
+
+def test_a_measured_drop_replaces_the_priors_for_that_candidate(planned):
+    doc = planned(measure=2)
+    first = doc["shortlist"][0]
+    again = planned(measure=2, measured=[{"candidate": first["candidate"], "drop": 0.03, "source": "run x"}])
+    point = next(p for p in again["considered"] if p["candidate"] == first["candidate"])
+    assert point["predicted_drop"] == pytest.approx(0.03)
+    assert point["prior"]["basis"] == "measured" and point["prior"]["sources"] == ["run x"]
+    assert again["measured_rows_used"] == 1
+    others = [p for p in again["considered"] if p["candidate"] != first["candidate"]]
+    before = {json.dumps(p["candidate"], sort_keys=True): p["predicted_drop"] for p in doc["considered"]}
+    assert all(p["predicted_drop"] == before[json.dumps(p["candidate"], sort_keys=True)] for p in others)
+
+
+def test_measure_is_validated():
+    assert CompressConfig().measure == 2
+    for bad in (0, -1, 17, 1.5, True):
+        with pytest.raises(ValueError, match="measure"):
+            CompressConfig(measure=bad)
+
+
+def test_measure_zero_is_one_error_line():
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+
+    r = CliRunner().invoke(main, ["compress", "--measure", "0", "--out", "/tmp/never-written-measure-0"])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and "measure" in lines[0], r.output

@@ -434,7 +434,7 @@ class Compressor:
                     raise
                 exhausted = str(exc)  # every candidate left was ruled out by the failed attempts: report those
                 break
-            shortlist = plan.result.get("shortlist") or [plan.result["predicted"] or {"candidate": plan.result["chosen"]}]
+            shortlist = plan.result.get("shortlist") or [plan.result.get("predicted") or {"candidate": plan.result["chosen"]}]
             built, pruned = [], {}
             for slot, point in enumerate(shortlist, 1):
                 cand = point["candidate"]

@@ -102,7 +102,8 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     assert doc2["recipe"] == doc["recipe"] and (tmp_path / "run" / "report.md").is_file()
 
     # A changed accuracy limit redoes the plan and what follows it, not the fine-tune or the baseline.
-    res3 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
+    # (the replans below build only the plan's choice: --measure 1 keeps this test's time down)
+    res3 = compress(dataclasses.replace(cfg, max_drop=50.0, measure=1), tmp_path / "run", progress=False, echo=events.append)
     assert {"finetune", "baseline"} <= set(res3.summary["stages_skipped"]) and "plan" not in res3.summary["stages_skipped"]
     # ... and plans with what the first run measured (the local cache), in place of the prior's drops
     cached = json.loads((tmp_path / "cache" / "measured-candidates.json").read_text())["rows"]
@@ -117,7 +118,7 @@ def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_tas
     # Calibrating this machine since the last run re-plans too: the plan's fingerprint names the cost tables.
     host_table_path().parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(reference_table_path(), host_table_path())
-    res4 = compress(dataclasses.replace(cfg, max_drop=50.0), tmp_path / "run", progress=False, echo=events.append)
+    res4 = compress(dataclasses.replace(cfg, max_drop=50.0, measure=1), tmp_path / "run", progress=False, echo=events.append)
     assert {"finetune", "baseline"} <= set(res4.summary["stages_skipped"]) and "plan" not in res4.summary["stages_skipped"]
     plan_rec = json.loads((tmp_path / "run" / "plan" / "stage.json").read_text())
     assert [Path(t["path"]) for t in plan_rec["inputs"]["cost_tables"]] == [host_table_path().resolve()]

@@ -65,8 +65,10 @@ def test_planner_running_out_after_a_failed_attempt_still_writes_the_reports(mon
         return SimpleNamespace(result={"chosen": cand(0.5, "int8")})
 
     verify = SimpleNamespace(result={"passed": False, "failures": ["size_mb 30 > budget 25"], "failures_kind": "budget"})
+    measured = SimpleNamespace(result={"chosen_index": 0, "why": "the plan's #1", "rows": [{"candidate": cand(0.5, "int8"),
+                                                                                           "meets": True}]})
     for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
-                     "baseline": lambda ft: "base", "plan": plan,
+                     "baseline": lambda ft: "base", "plan": plan, "measure": lambda *a: measured,
                      "prune": lambda *a: "pr", "export": lambda *a: "ex", "verify": lambda *a: verify}.items():
         monkeypatch.setattr(c, name, fn)
     reported = {}

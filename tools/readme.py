@@ -287,7 +287,20 @@ def main_job(r: Results) -> str:
          f"{num(sp['baseline_ms'])} ms fp32, timed alternately in one process = **{num(sp['speedup'])}×**"],
         ["`bash tools/setup.sh run` after set-up", fresh_clone_row(r, "main_job", "for the main job")],
     ]
-    return intro + "\n\n" + table(["stage", "result"], ["l", "l"], rows)
+    out = intro + "\n\n" + table(["stage", "result"], ["l", "l"], rows)
+    fc = r("fresh-clone") if r.has("fresh-clone") else {}
+    mj = fc.get("main_job")
+    if mj:
+        built = "; ".join(f"{candidate_text(x['candidate'])}: predicted drop {num(x['predicted_drop'], 2)}, measured "
+                          f"{num(x['measured_drop'], 2)} points, {num(x['measured_size_mb'])} MB" for x in mj["measured"])
+        out += "\n\n" + paragraph(f"""
+            The same job in the fresh clone above ({fc['date']}, commit {fc['commit'][:12]}), with measured planning
+            (`--measure 2`, the default): fine-tuned with `{mj['finetune']['method']}` on the training split less
+            {mj['val_rows']} validation rows; built and measured on validation {built}; chose
+            {candidate_text(mj['chosen'])} ({mj['measured_why']}): SST-2 dev **{pct(mj['dev_accuracy'])}%** against
+            {pct(mj['dev_reference'])}% uncompressed ({drop(mj['drop_points'])} points), {num(mj['size_mb'])} MB, **{num(mj['host_speedup'])}×** the uncompressed model on the
+            host, {minsec(mj['wall_s'])} in all (`fresh-clone.json`, `main_job`).""")
+    return out
 
 
 # --------------------------------------------------------------------------- quantization

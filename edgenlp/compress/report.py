@@ -203,7 +203,8 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
     f = s.get("finetune") or {}
     if f.get("method"):
         lines += [f"Fine-tuned with `{f['method']}`" + (f" ({f['why']})" if f.get("why") else "") +
-                  (f" on {f['train_rows']} training rows, {f['val_rows']} held out for validation." if f.get("val_rows") else "."), ""]
+                  (f"; the training split had {f['train_rows']} rows after {f['val_rows']} were held out for validation."
+                   if f.get("val_rows") else "."), ""]
     lines += ["## Accuracy after each stage", "", "| stage | accuracy | split | measured through |", "|---|---|---|---|"]
     for r in s["accuracy"]:
         lines.append(f"| {r['stage']} | {r['accuracy']:.4f} | {r.get('split', 'dev')} | {r['through']} |")

@@ -14,12 +14,17 @@ one :class:`~executorch.exir.EdgeProgramManager`. The joined program is the
 same program as one lowered in a single call: ``tests/export/test_lowering.py``
 checks that the ``.pte`` bytes are identical.
 
-A helper that fails (cannot start, runs out of memory, dies) costs time, not
-the export: its methods are lowered here instead, with a warning.
+Helpers stay warm for this process's next export (a test session or a
+``compress`` run exports many programs, and a helper's start-up, importing
+torch and ExecuTorch, costs about 5 s): each exits when this process ends or
+after :data:`HELPER_IDLE_S` without work. A helper that fails (cannot start,
+runs out of memory, dies) costs time, not the export: its methods are lowered
+here instead, with a warning.
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import logging
 import os
@@ -123,12 +128,100 @@ def _helper_env() -> dict:
     return env
 
 
-class Lowering:
-    """Lowers methods in ``processes`` processes; the helpers start on ``__enter__``.
+HELPER_IDLE_S = 300.0  # a helper nobody gave work for this long exits (its memory goes back)
 
-    Start it before ``torch.export``-ing the methods: a helper spends its first
-    seconds importing torch and ExecuTorch, and does that while this process
-    exports. ``processes`` as :func:`resolve_processes` reads it.
+
+class _Helper:
+    """One helper process: ``python -m edgenlp.export.lowering``, kept between exports of this process.
+
+    Protocol, one line each way: this process writes ``DIR NAME...``; the
+    helper lowers ``DIR/NAME.pt2`` into ``DIR/NAME.edge`` for each name and
+    answers ``ok`` (or ``error MESSAGE``). It exits on end of input (this
+    process is gone) or after :data:`HELPER_IDLE_S` without work. Its stderr
+    goes to a log file, so nothing it prints can block it.
+    """
+
+    def __init__(self) -> None:
+        self.log = tempfile.TemporaryFile(prefix="edgenlp-lower-", suffix=".log")
+        self.proc = subprocess.Popen([sys.executable, "-m", "edgenlp.export.lowering", "--serve", str(HELPER_IDLE_S)],
+                                     env=_helper_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        self.busy = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def send(self, work: Path, names: list[str]) -> None:
+        self.proc.stdin.write((" ".join([str(work), *names]) + "\n").encode())
+        self.proc.stdin.flush()
+        self.busy = True
+
+    def result(self) -> str | None:
+        """``None`` when the job went well, else why it did not."""
+        line = self.proc.stdout.readline().decode(errors="replace").strip()
+        self.busy = False
+        if line == "ok":
+            return None
+        if line.startswith("error "):
+            return line[len("error "):]
+        self.proc.wait()
+        self.log.seek(0)
+        tail = self.log.read().decode(errors="replace").strip().splitlines()[-1:]
+        return " ".join(tail) or f"exit status {self.proc.returncode}"
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None and not stream.closed:
+                try:
+                    stream.close()
+                except OSError:  # a job still buffered for a helper that is gone
+                    pass
+        self.log.close()
+
+
+_IDLE: list[_Helper] = []  # warm helpers of this process, waiting for the next export
+
+
+def _take_helpers(n: int) -> list[_Helper]:
+    out = []
+    while _IDLE and len(out) < n:
+        h = _IDLE.pop()
+        if h.alive():
+            out.append(h)
+        else:
+            h.close()
+    try:
+        while len(out) < n:
+            out.append(_Helper())
+    except OSError as exc:
+        log.warning("could not start a lowering process (%s); lowering with %d helper(s)", exc, len(out))
+    return out
+
+
+def _release_helpers(helpers: list[_Helper]) -> None:
+    for h in helpers:
+        if h.alive() and not h.busy:  # a helper interrupted mid-job could answer a stale job: never reused
+            _IDLE.append(h)
+        else:
+            h.close()
+
+
+@atexit.register
+def _close_idle_helpers() -> None:
+    while _IDLE:
+        _IDLE.pop().close()
+
+
+class Lowering:
+    """Lowers methods in ``processes`` processes: this one and ``processes - 1`` helpers, taken on ``__enter__``.
+
+    Enter it before ``torch.export``-ing the methods: a new helper spends its
+    first seconds importing torch and ExecuTorch, and does that while this
+    process exports. Helpers stay warm for this process's next export (and
+    exit after :data:`HELPER_IDLE_S` idle). ``processes`` as
+    :func:`resolve_processes` reads it.
 
     >>> with Lowering(len(buckets)) as lowering:          # doctest: +SKIP
     ...     programs = {...}                               # torch.export each method
@@ -137,33 +230,16 @@ class Lowering:
 
     def __init__(self, methods: int, processes: int | None = None) -> None:
         self.processes = resolve_processes(processes, methods)
-        self._dir: tempfile.TemporaryDirectory | None = None
-        self._helpers: list[subprocess.Popen] = []
+        self._helpers: list[_Helper] = []
 
     def __enter__(self) -> Lowering:
         if self.processes > 1:
-            self._dir = tempfile.TemporaryDirectory(prefix="edgenlp-lower-")
-            cmd = [sys.executable, "-m", "edgenlp.export.lowering", self._dir.name]
-            try:
-                for _ in range(self.processes - 1):
-                    self._helpers.append(subprocess.Popen(cmd, env=_helper_env(), stdin=subprocess.PIPE,
-                                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-            except OSError as exc:
-                log.warning("could not start a lowering process (%s); lowering in this process", exc)
+            self._helpers = _take_helpers(self.processes - 1)
         return self
 
     def __exit__(self, *exc) -> None:
-        for proc in self._helpers:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
-            for stream in (proc.stdin, proc.stderr):
-                if stream is not None and not stream.closed:
-                    stream.close()
+        _release_helpers(self._helpers)
         self._helpers = []
-        if self._dir is not None:
-            self._dir.cleanup()
-            self._dir = None
 
     def lower(self, programs: Mapping[str, object]):
         """``(EdgeProgramManager, stages)``: every program in ``programs`` lowered with the XNNPACK partitioner.
@@ -186,32 +262,30 @@ class Lowering:
             return edge, {"edge_lower_partition": time.perf_counter() - start}
         self.processes = len(helpers) + 1
         groups = [names[i::self.processes] for i in range(self.processes)]  # this process takes groups[0]
-        work = Path(self._dir.name)
-        handed: list[tuple[list[str], subprocess.Popen]] = []
-        for group, proc in zip(groups[1:], helpers):
-            for name in group:
-                torch.export.save(programs[name], work / f"{name}.pt2")
-            try:
-                proc.stdin.write((" ".join(group) + "\n").encode())
-                proc.stdin.close()
-            except OSError:  # the helper already died: its stderr says why, below
-                pass
-            handed.append((group, proc))
-        handed_off = time.perf_counter() - start
-        log.info("lowering %d methods in %d processes (here: %s)", len(names), self.processes, ", ".join(groups[0]))
-        lowered = {name: _lower_one(name, programs[name]) for name in groups[0]}
-        here = time.perf_counter() - start
-        for group, proc in handed:
-            err = proc.stderr.read()
-            proc.wait()
-            missing = [name for name in group if not (work / f"{name}.edge").exists()]
-            if proc.returncode != 0 or missing:
-                tail = " ".join(err.decode(errors="replace").strip().splitlines()[-1:]) or f"exit status {proc.returncode}"
-                log.warning("a lowering process failed (%s); lowering %s here", tail, ", ".join(group))
-                lowered.update({name: _lower_one(name, programs[name]) for name in group})
-                self.processes -= 1
-            else:
-                lowered.update({name: _load_lowered(work / f"{name}.edge") for name in group})
+        lowered: dict[str, object] = {}
+        with tempfile.TemporaryDirectory(prefix="edgenlp-lower-") as d:
+            work = Path(d)
+            handed: list[tuple[list[str], _Helper | None]] = []
+            for group, helper in zip(groups[1:], helpers):
+                for name in group:
+                    torch.export.save(programs[name], work / f"{name}.pt2")
+                try:
+                    helper.send(work, group)
+                    handed.append((group, helper))
+                except OSError:  # the helper died before it got the job
+                    handed.append((group, None))
+            handed_off = time.perf_counter() - start
+            log.info("lowering %d methods in %d processes (here: %s)", len(names), self.processes, ", ".join(groups[0]))
+            lowered = {name: _lower_one(name, programs[name]) for name in groups[0]}
+            here = time.perf_counter() - start
+            for group, helper in handed:
+                why = helper.result() if helper is not None else "it died before it got its methods"
+                if why is not None or any(not (work / f"{name}.edge").exists() for name in group):
+                    log.warning("a lowering process failed (%s); lowering %s here", why, ", ".join(group))
+                    lowered.update({name: _lower_one(name, programs[name]) for name in group})
+                    self.processes -= 1
+                else:
+                    lowered.update({name: _load_lowered(work / f"{name}.edge") for name in group})
         edge = EdgeProgramManager({name: lowered[name] for name in names})
         stages = {"edge_lower_partition": time.perf_counter() - start, "lowering_handoff": handed_off,
                   "lowering_here": here - handed_off}
@@ -225,22 +299,37 @@ def lower_methods(programs: Mapping[str, object], *, processes: int | None = Non
     return edge, stages, lowering.processes
 
 
-def _main(argv: list[str]) -> int:
-    """Helper process: import what lowering needs, read method names (one line on stdin), then lower
-    ``<dir>/<name>.pt2`` into ``<dir>/<name>.edge`` for each."""
+def _serve(idle_s: float) -> int:
+    """Helper process: import what lowering needs, then lower the jobs read from stdin (see :class:`_Helper`)."""
+    import select
+
     import torch
     import torchao.quantization  # noqa: F401  (registers the torchao ops the programs call)
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: F401
     from executorch.exir.serde import serialize  # noqa: F401
 
     torch.set_num_threads(1)
-    work, names = Path(argv[0]), sys.stdin.readline().split()
-    for name in names:
-        program = torch.export.load(work / f"{name}.pt2")
-        _save_lowered(_lower_one(name, program), work / f"{name}.edge")
-    return 0
+    while True:
+        ready, _, _ = select.select([sys.stdin], [], [], idle_s)
+        if not ready:
+            return 0  # idle too long
+        line = sys.stdin.readline()
+        if not line:
+            return 0  # the process that started this one is gone
+        work, *names = line.split()
+        try:
+            for name in names:
+                program = torch.export.load(Path(work) / f"{name}.pt2")
+                _save_lowered(_lower_one(name, program), Path(work) / f"{name}.edge")
+            answer = "ok"
+        except Exception as exc:  # reported to the caller, which lowers these methods itself
+            answer = "error " + " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    sys.exit(_main(sys.argv[1:]))
+    if sys.argv[1:2] != ["--serve"] or len(sys.argv) != 3:
+        sys.exit("usage: python -m edgenlp.export.lowering --serve IDLE_SECONDS (started by edgenlp.export.lowering)")
+    sys.exit(_serve(float(sys.argv[2])))

@@ -38,6 +38,7 @@ def test_two_processes_give_the_bytes_of_one(quantized_tiny):
 
 def test_a_failed_helper_costs_time_not_the_export(monkeypatch, caplog):
     model, _ = tiny_model()
+    lw._close_idle_helpers()  # no warm helper from an earlier export: the next one starts now, and fails
     monkeypatch.setattr(lw.sys, "executable", "/bin/false")  # every helper exits at once with status 1
     with caplog.at_level(logging.WARNING, logger=lw.__name__):
         res = to_pte(model, buckets=BUCKETS, processes=2)
@@ -53,6 +54,22 @@ def test_a_failed_helper_costs_time_not_the_export(monkeypatch, caplog):
         with torch.no_grad():
             want = model(ids, mask)
         assert torch.allclose(got, want, atol=1e-4), (seq, float((got - want).abs().max()))
+
+
+def test_helpers_stay_warm_between_exports_unless_interrupted():
+    lw._close_idle_helpers()
+    (first,) = lw._take_helpers(1)
+    lw._release_helpers([first])
+    (again,) = lw._take_helpers(1)
+    assert again is first and again.alive()  # the next export reuses it: no second start-up
+    again.busy = True  # handed a job whose answer was never read (the export was interrupted)
+    lw._release_helpers([again])
+    assert not lw._IDLE and not again.alive()  # never reused: it could answer the stale job
+    (fresh,) = lw._take_helpers(1)
+    assert fresh is not first
+    lw._release_helpers([fresh])
+    lw._close_idle_helpers()
+    assert not fresh.alive()
 
 
 def test_positional_args_restores_what_the_serializer_made_keywords():

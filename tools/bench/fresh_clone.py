@@ -19,6 +19,7 @@ into the README.
     python tools/bench/fresh_clone.py --data-dir /data     # where the clone finds sst2/ (default: this checkout's)
 
 JSON keys: ``setup_s``, ``suite_s``, ``main_job_s`` (null when skipped),
+``main_job`` (what the main job chose and measured, from its ``compress.json``),
 ``host`` (CPU model), ``isa_flags``, ``cores``, ``load`` (per step: 1/5/15-minute
 load averages before and after), ``date``, ``commit``, ``steps`` (command,
 exit status, seconds, log file).
@@ -84,6 +85,21 @@ def run_steps(clone: Path, *, skip: set[str], env: dict, logs: Path) -> dict:
     return out
 
 
+def main_job_summary(clone: Path) -> dict | None:
+    """What the main job chose and measured, from ``<clone>/out/compress/compress.json`` (None when absent)."""
+    path = clone / "out" / "compress" / "compress.json"
+    if not path.is_file():
+        return None
+    s = json.loads(path.read_text())
+    acc, m = s["predicted"]["accuracy"], s.get("measured") or {}
+    return {"passed": s["passed"], "chosen": s["chosen"], "dev_accuracy": acc["measured"], "dev_reference": acc["reference"],
+            "drop_points": acc["drop_points"], "host_speedup": s["host_speedup_vs_uncompressed"],
+            "size_mb": s["predicted"]["size_mb"]["measured"], "finetune": s.get("finetune"),
+            "measured": [{k: r[k] for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")}
+                         for r in m.get("rows", [])], "measured_why": m.get("why"), "val_rows": m.get("val_rows"),
+            "stage_seconds": s["stage_seconds"], "wall_s": s["wall_s"]}
+
+
 def markdown(doc: dict) -> str:
     def fmt(s):
         return "not run" if s is None else f"{s:.0f} s ({int(s) // 60} min {int(s) % 60:02d} s)"
@@ -109,8 +125,15 @@ def main(argv=None) -> int:
     ap.add_argument("--data-dir", type=Path, default=None, help="shared data folder (default: the one this checkout uses)")
     ap.add_argument("--workdir", type=Path, default=None, help="clone here (default: a temporary folder, removed after)")
     ap.add_argument("--out", type=Path, default=RESULTS / "fresh-clone", help="output stem (.json and .md)")
+    ap.add_argument("--summarize", type=Path, default=None, metavar="WORKDIR",
+                    help="only add the main job's summary from a kept --workdir to the results (after a run)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.summarize is not None:
+        doc = json.loads(args.out.with_suffix(".json").read_text())
+        doc["main_job"] = main_job_summary(args.summarize / "edgenlp")
+        args.out.with_suffix(".json").write_text(json.dumps(doc, indent=1) + "\n")
+        return 0 if doc["main_job"] else 2
 
     sys.path.insert(0, str(REPO))
     from edgenlp.data.tasks import default_data_dir
@@ -134,6 +157,7 @@ def main(argv=None) -> int:
     skip = {name for name, flag in (("suite", args.skip_suite), ("main_job", args.skip_main_job)) if flag}
     doc = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit, **_host(), "data_dir": str(data_dir)}
     doc.update(run_steps(clone, skip=skip, env=env, logs=logs))
+    doc["main_job"] = main_job_summary(clone)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_name(args.out.name + ".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")

@@ -66,11 +66,9 @@ def _fp32_accuracy(model, tokenizer, split, *, max_len: int) -> float:
 
 
 def _bundle_accuracy(path: Path, split) -> float:
-    from edgenlp.run.base import get_runner
-    from edgenlp.run.evaluate import evaluate_split
+    from edgenlp.compress.measured import bundle_accuracy
 
-    with get_runner(path, runtime="executorch") as runner:
-        return float(evaluate_split(runner, split)["accuracy"])
+    return float(bundle_accuracy(path, split)["accuracy"])
 
 
 def quantize_bundle(model, info, out_dir, config: QuantizeConfig, *, task, export_config=None,

@@ -48,17 +48,22 @@ def cache_path() -> Path:
     return cache_dir() / CACHE_FILE
 
 
-def cache_rows(key: Mapping[str, Any], path: Path | None = None) -> list[dict]:
-    """The cached measurements made under ``key`` (model, data, fine-tuning), oldest first; [] when none or unreadable."""
-    path = path or cache_path()
+def _read_cache(path: Path) -> dict:
+    """The cache document at ``path``; an empty one when the file is missing, unreadable or of another version."""
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError):
-        return []
+        doc = None
     if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION:
-        return []
+        doc = {"version": CACHE_VERSION, "rows": []}
+    return doc
+
+
+def cache_rows(key: Mapping[str, Any], path: Path | None = None) -> list[dict]:
+    """The cached measurements made under ``key`` (model, data, fine-tuning), oldest first; [] when none or unreadable."""
     want = json.dumps(dict(key), sort_keys=True)
-    return [r for r in doc.get("rows", []) if isinstance(r, dict) and json.dumps(r.get("key"), sort_keys=True) == want
+    return [r for r in _read_cache(path or cache_path()).get("rows", [])
+            if isinstance(r, dict) and json.dumps(r.get("key"), sort_keys=True) == want
             and "candidate" in r and isinstance(r.get("drop"), (int, float)) and math.isfinite(r["drop"])]
 
 
@@ -67,12 +72,7 @@ def add_to_cache(key: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], path
     from edgenlp.utils import atomic_write_json
 
     path = path or cache_path()
-    try:
-        doc = json.loads(path.read_text())
-        if not isinstance(doc, dict) or doc.get("version") != CACHE_VERSION:
-            raise ValueError
-    except (OSError, ValueError):
-        doc = {"version": CACHE_VERSION, "rows": []}
+    doc = _read_cache(path)
     when = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     doc["rows"] = [*doc.get("rows", []), *({**dict(r), "key": dict(key), "when": when} for r in rows)]
     path.parent.mkdir(parents=True, exist_ok=True)

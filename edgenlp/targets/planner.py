@@ -468,7 +468,7 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
                   max_drop=max_drop)  # fmt: skip
     choice = choose(fitting, **kwargs)
     chosen = choice.chosen
-    ranked = rank(fitting, **kwargs)
+    ranked = [chosen, *rank([c for c in fitting if c is not chosen], **kwargs)]
     if chosen.prior is not None and chosen.prior.basis != "measured":
         log.warning("the chosen candidate's accuracy is %s, not measured: %s", chosen.prior.basis, chosen.prior.note)
     log.info("plan for %s%s: %s (predicted %.2f ms, %.1f MB, %.2f MB, drop %.2f); %s", target.name, f" / {task}" if task else "",

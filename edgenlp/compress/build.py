@@ -1,4 +1,8 @@
-"""Build a planned candidate's bundle: quantize (as the plan says) and lower to .pte and .onnx."""
+"""Build a planned candidate: prune and recover (:func:`prune_candidate`), quantize and lower (:func:`export_candidate`).
+
+Both are executor tasks (:mod:`edgenlp.executor`): paths and plain data in, a
+folder written atomically and a JSON-able result out.
+"""
 
 from __future__ import annotations
 
@@ -57,16 +61,55 @@ def export_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], 
     Returns ``{"sizes", "parity", "pid"}`` (``pid``: the process that built it).
     """
     import os
-    import shutil
 
     from edgenlp.models.registry import load_model
 
     dest = Path(out)
-    if dest.parent.is_dir():
-        for stale in dest.parent.glob(f".{dest.name}.tmp-*"):
-            shutil.rmtree(stale, ignore_errors=True)
+    _clear_stale(dest)
     model, info = load_model(model_dir, labels=list(labels))
     bundle = build_bundle(model, info, dest, candidate=candidate, task=task,
                           max_seq_len=min(max_seq_len, model.shape.max_positions), annotations=annotations,
                           progress=progress)
     return {"sizes": bundle.manifest.get("sizes", {}), "parity": bundle.manifest.get("parity", {}), "pid": os.getpid()}
+
+
+def _clear_stale(dest: Path) -> None:
+    """Remove what a worker that died building ``dest`` left beside it (hidden ``.NAME.tmp-*`` folders)."""
+    import shutil
+
+    if dest.parent.is_dir():
+        for stale in dest.parent.glob(f".{dest.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
+PRUNE_REPORT_KEYS = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "dev_pruned", "seconds", "shape")
+
+
+def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], labels, task, prune_kwargs: Mapping[str, Any],
+                    seq_len: int, seed: int, recovery: Mapping[str, Any] | None, dev_before: Mapping[str, Any] | None = None,
+                    device: str = "cpu", progress: bool = False) -> dict:
+    """One candidate's pruning (and recovery distillation) as an executor task: the pruned model directory at ``out``.
+
+    ``prune_kwargs`` are the prune config knobs of the measured budget;
+    ``recovery`` a :class:`~edgenlp.prune.config.DistillConfig` as a dict
+    (``None``: the method distils by itself, or the plan does not prune).
+    ``task`` is the tuning split (its dev is the validation split), so the
+    report's ``dev_*`` are validation accuracies. Returns the report's
+    :data:`PRUNE_REPORT_KEYS` that it has.
+    """
+    from edgenlp.models.registry import load_model
+    from edgenlp.prune import prune, prune_config
+
+    dest = Path(out)
+    _clear_stale(dest)
+    model, info = load_model(model_dir, labels=list(labels))
+    method = candidate["prune_method"]
+    pcfg = prune_config(method, target_sparsity=float(candidate["sparsity"]), seq_len=seq_len, seed=seed, **dict(prune_kwargs))
+    res = prune(model, info, task, pcfg, device=device, progress=progress, dev_before=dict(dev_before) if dev_before else None)
+    if recovery is not None:
+        from edgenlp.prune.config import DistillConfig
+        from edgenlp.prune.recovery import recover
+
+        res = recover(res, model, info, task, DistillConfig.from_dict(dict(recovery)), device=device, progress=progress)
+    res.save(dest)
+    return {k: res.report[k] for k in PRUNE_REPORT_KEYS if k in res.report}

@@ -54,6 +54,19 @@ SUMMARY_VERSION = 1
 FINAL_FILES = ("compress.json", "report.md", "candidates.png", "profile.png")
 
 
+@dataclass(frozen=True)
+class Build:
+    """A stage whose work is one executor task: ``task(dest, progress)`` writes ``subdir`` at ``dest`` and returns a value
+    that ``result`` turns into the stage's result."""
+
+    stage: str
+    inputs: dict
+    upstream: tuple
+    subdir: str
+    task: Callable
+    result: Callable[[dict], dict]
+
+
 @dataclass
 class CompressResult:
     """``bundle``: the final bundle; ``summary``: ``compress.json``; ``out``: the run folder."""
@@ -255,39 +268,84 @@ class Compressor:
                   "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
 
-    # -- stage 4: prune
-    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
-        cand = cand if cand is not None else plan.result["chosen"]
-        from edgenlp.prune.config import DistillConfig  # recovery distillation after any pruning, bounded by the preset
+    # -- candidate builds: a stage whose work is an executor task (several of them at once on a pool or Ray)
+    @property
+    def parallel(self) -> bool:
+        """Whether this run's executor runs tasks beside each other (a pool or Ray), not in this process."""
+        ex = getattr(self, "executor", None)
+        return ex is not None and ex.backend != "inline"
 
-        recovery = DistillConfig(train_limit=self.preset.train_limit, max_steps=self.preset.max_steps,
-                                 max_seq_len=self.preset.finetune_seq_len, seed=self.config.seed)
+    def _build_stage(self, b: "Build") -> StageRecord:
+        """Run the stage of build ``b``: move in what :meth:`prebuild` built, else build it now on the executor."""
+        pre = self.__dict__.setdefault("_prebuilt", {}).pop(b.stage, None)
 
         def run(tmp: Path) -> dict:
-            if not cand.get("sparsity"):
-                return {"identity": True, "model": "finetune/model"}
-            from edgenlp.models.registry import load_model
-            from edgenlp.prune import prune, prune_config
+            if pre is not None:
+                scratch, value = pre
+                os.replace(scratch / b.subdir, tmp / b.subdir)
+                shutil.rmtree(scratch, ignore_errors=True)
+            else:
+                (value,) = self.build_candidates([b.task(tmp / b.subdir, self.progress)])
+            return b.result(value)
 
-            model, info = load_model(ft.path / "model", labels=self.data.labels)
-            method = cand["prune_method"]
-            pcfg = prune_config(method, target_sparsity=float(cand["sparsity"]), seq_len=self.budgets.seq_len,
-                                seed=self.config.seed, **self.preset.prune_kwargs(method))  # the budget the prior measured
-            # on the tuning split: its "dev" is the validation split, so dev_* below are validation accuracies
-            res = prune(model, info, self.tuning, pcfg, device=self.device, progress=self.progress,
-                        dev_before=ft.result.get("val") or None)
-            from edgenlp.prune.recovery import recover
+        return self._record(self.runner.run(b.stage, run, inputs=b.inputs, upstream=b.upstream))
 
-            res = recover(res, model, info, self.tuning, recovery, device=self.device, progress=self.progress)
-            res.save(tmp / "model")
-            keep = ("method", "target_sparsity", "achieved", "dev_before", "dev_after", "dev_pruned", "seconds", "shape")
-            return {"identity": False, "model": f"{_stage_name('prune', attempt, slot)}/model", "evaluated_on": "validation",
-                    **{k: res.report[k] for k in keep if k in res.report}}
+    def prebuild(self, builds: list["Build"]) -> None:
+        """Build the stages of ``builds`` that are not up to date all at once when the executor runs tasks in parallel.
 
+        Each build goes to a hidden scratch folder in the run folder (removed
+        by the next run if this one is killed); its stage then moves it in
+        (:meth:`_build_stage`), so stage records stay on this process and read
+        the same whichever backend built them. In this process (the default
+        executor), or with one build pending, nothing happens here and each
+        stage builds when it runs.
+        """
+        pending = [b for b in builds if not self.runner.up_to_date(b.stage, b.inputs, b.upstream)]
+        if len(pending) < 2 or not self.parallel:
+            return
+        scratch = {b.stage: self.out / f".{b.stage}.tmp-prebuild" for b in pending}
+        for d in scratch.values():
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+        values = self.build_candidates([b.task(scratch[b.stage] / b.subdir, False) for b in pending])
+        prebuilt = self.__dict__.setdefault("_prebuilt", {})
+        for b, value in zip(pending, values):
+            prebuilt[b.stage] = (scratch[b.stage], value)
+
+    # -- stage 4: prune
+    def prune_build(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build | None":
+        """The prune stage of ``cand`` as a build (``None`` when the plan prunes nothing)."""
+        if not cand.get("sparsity"):
+            return None
+        from edgenlp.compress.build import prune_candidate
+        from edgenlp.executor import Task
+
+        method = cand["prune_method"]
+        # recovery distillation after any pruning that does not distil by itself, at the budget the prior measured
+        recovery = self.preset.recovery_config(seed=self.config.seed) if self.preset.recovers_after(method) else None
+        stage = _stage_name("prune", attempt, slot)
+        kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning,
+                  "prune_kwargs": self.preset.prune_kwargs(method),  # the budget the prior measured
+                  "seq_len": self.budgets.seq_len, "seed": self.config.seed,
+                  "recovery": recovery.to_dict() if recovery is not None else None,
+                  "dev_before": ft.result.get("val") or None, "device": self.device}
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
-                  "budget": self.preset.prune_budget(cand["prune_method"]) if cand.get("prune_method") else None,
-                  "recovery": recovery.to_dict()}
-        return self._record(self.runner.run(_stage_name("prune", attempt, slot), run, inputs=inputs, upstream=(ft, plan)))
+                  "budget": self.preset.prune_budget(method), "recovery": kwargs["recovery"]}
+        return Build(stage, inputs, (ft, plan), "model",
+                     lambda dest, progress: Task(stage, prune_candidate, (str(ft.path / "model"), str(dest)),
+                                                 {**kwargs, "progress": progress}),
+                     lambda value: {"identity": False, "model": f"{stage}/model", "evaluated_on": "validation", **value})
+
+    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
+        cand = cand if cand is not None else plan.result["chosen"]
+        b = self.prune_build(ft, plan, attempt, cand, slot)
+        if b is not None:
+            return self._build_stage(b)
+        inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed, "budget": None,
+                  "recovery": None}
+        return self._record(self.runner.run(_stage_name("prune", attempt, slot),
+                                            lambda tmp: {"identity": True, "model": "finetune/model"},
+                                            inputs=inputs, upstream=(ft, plan)))
 
     def _model_path(self, pr: StageRecord) -> Path:
         """The model the prune stage hands on, relative to this run's folder (so a copied run folder stays whole)."""
@@ -297,23 +355,22 @@ class Compressor:
         return self.out / rel
 
     # -- stage 5: quantize + export
+    def export_build(self, pr: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build":
+        from edgenlp.compress.build import export_candidate
+        from edgenlp.executor import Task
+
+        stage = _stage_name("export", attempt, slot)
+        kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning, "max_seq_len": self.max_len,
+                  "annotations": {"target": self.target.to_dict(), "budgets": self.budgets.to_dict()}}
+        inputs = {"candidate": cand, "max_seq_len": self.max_len, "target": self.target.name}
+        return Build(stage, inputs, (pr, plan), "bundle",
+                     lambda dest, progress: Task(stage, export_candidate, (str(self._model_path(pr)), str(dest)),
+                                                 {**kwargs, "progress": progress}),
+                     lambda value: {"sizes": value["sizes"], "parity": value["parity"]})
+
     def export(self, pr: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
         cand = cand if cand is not None else plan.result["chosen"]
-        max_len = self.max_len
-
-        def run(tmp: Path) -> dict:
-            from edgenlp.compress.build import export_candidate
-            from edgenlp.executor import Task
-
-            (built,) = self.build_candidates([Task(
-                _stage_name("export", attempt, slot), export_candidate, (str(self._model_path(pr)), str(tmp / "bundle")),
-                {"candidate": cand, "labels": self.data.labels, "task": self.tuning, "max_seq_len": max_len,
-                 "annotations": {"target": self.target.to_dict(), "budgets": self.budgets.to_dict()},
-                 "progress": self.progress})])
-            return {"sizes": built["sizes"], "parity": built["parity"]}
-
-        inputs = {"candidate": cand, "max_seq_len": max_len, "target": self.target.name}
-        return self._record(self.runner.run(_stage_name("export", attempt, slot), run, inputs=inputs, upstream=(pr, plan)))
+        return self._build_stage(self.export_build(pr, plan, attempt, cand, slot))
 
     @property
     def max_len(self) -> int:
@@ -435,13 +492,21 @@ class Compressor:
                 exhausted = str(exc)  # every candidate left was ruled out by the failed attempts: report those
                 break
             shortlist = plan.result.get("shortlist") or [plan.result.get("predicted") or {"candidate": plan.result["chosen"]}]
-            built, pruned = [], {}
+            # candidates pruned alike share one prune stage (the first slot's); with a parallel executor the
+            # shortlist's prune stages, then its export stages, build at once
+            firsts: dict[tuple, tuple[int, dict]] = {}
             for slot, point in enumerate(shortlist, 1):
                 cand = point["candidate"]
-                how = (cand.get("prune_method"), cand.get("sparsity") or 0.0)  # candidates pruned alike share one prune stage
-                pr = pruned.get(how) or self.prune(ft, plan, attempt, cand, slot)
-                pruned[how] = pr
-                built.append((point, pr, self.export(pr, plan, attempt, cand, slot)))
+                firsts.setdefault((cand.get("prune_method"), cand.get("sparsity") or 0.0), (slot, cand))
+            if self.parallel:
+                self.prebuild([b for slot, cand in firsts.values() if (b := self.prune_build(ft, plan, attempt, cand, slot))])
+            pruned = {how: self.prune(ft, plan, attempt, cand, slot) for how, (slot, cand) in firsts.items()}
+            prs = [pruned[(p["candidate"].get("prune_method"), p["candidate"].get("sparsity") or 0.0)] for p in shortlist]
+            if self.parallel:
+                self.prebuild([self.export_build(pr, plan, attempt, p["candidate"], slot)
+                               for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)])
+            built = [(p, pr, self.export(pr, plan, attempt, p["candidate"], slot))
+                     for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)]
             ms = self.measure(ft, plan, built, attempt)
             point, pr, ex = built[ms.result["chosen_index"]]
             chosen = point["candidate"]

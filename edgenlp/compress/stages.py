@@ -86,6 +86,11 @@ class StageRunner:
         return StageRecord(stage, path, d.get("fingerprint", ""), d.get("inputs", {}), d.get("result", {}),
                            float(d.get("seconds", 0)), str(d.get("run_id", "")))
 
+    def up_to_date(self, stage: str, inputs: dict[str, Any], upstream: tuple[StageRecord, ...] = ()) -> bool:
+        """Whether :meth:`run` would skip ``stage`` (a finished record with the same fingerprint)."""
+        done = self.finished(stage)
+        return done is not None and done.fingerprint == fingerprint(inputs, upstream)
+
     def run(
         self,
         stage: str,

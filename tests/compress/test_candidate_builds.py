@@ -1,0 +1,129 @@
+"""``compress``'s candidate builds: recovery at the measured budget after pruning, the shortlist built at once on a parallel executor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from edgenlp.compress import pipeline
+from edgenlp.compress.config import PRESETS, CompressConfig
+from edgenlp.compress.stages import StageRunner
+
+
+def _compressor(tmp_path: Path, preset: str) -> pipeline.Compressor:
+    c = pipeline.Compressor.__new__(pipeline.Compressor)
+    c.config = CompressConfig(preset=preset, seed=3)
+    c.preset = c.config.resolved_preset
+    c.out, c.device, c.progress, c.stage_seconds = tmp_path, "cpu", False, {}
+    c.data = SimpleNamespace(labels=("neg", "pos"))
+    c.tuning = SimpleNamespace(name="tiny")
+    c.budgets = SimpleNamespace(seq_len=128)
+    c.runner = StageRunner(tmp_path, on_event=lambda *a: None)
+    c.executor, c.echo = None, lambda msg: None
+    return c
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Stub the model loading, pruning and recovery; record what prune and recover were asked to do."""
+    import edgenlp.models.registry as registry
+    import edgenlp.prune as prune_pkg
+    import edgenlp.prune.recovery as recovery
+
+    seen: dict[str, list] = {"prune": [], "recover": []}
+
+    class Result:
+        def __init__(self, report):
+            self.report = report
+
+        def save(self, path):
+            Path(path).mkdir(parents=True)
+
+    monkeypatch.setattr(registry, "load_model", lambda *a, **k: ("model", "info"))
+    monkeypatch.setattr(prune_pkg, "prune", lambda model, info, task, cfg, **k: seen["prune"].append(cfg) or Result({}))
+    monkeypatch.setattr(recovery, "recover", lambda res, model, info, task, cfg, **k: seen["recover"].append(cfg) or res)
+    return seen
+
+
+@pytest.mark.parametrize("method", ["fast", "importance"])
+def test_a_pruning_that_does_not_distil_is_recovered_at_the_measured_budget(tmp_path, calls, method):
+    c = _compressor(tmp_path, "quick")
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={"val": {"accuracy": 0.9}}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={"chosen": {"prune_method": method, "sparsity": 0.5}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    (cfg,) = calls["recover"]
+    assert cfg == c.preset.recovery_config(seed=3)  # the preset's recovery, this run's seed
+    assert cfg.budget() == c.preset.prune_budget(method)["recovery"]  # ... which is the budget the prior's rows name
+    assert rec.inputs["recovery"] == cfg.to_dict()  # a changed recovery redoes the stage
+
+
+def test_cofi_distils_by_itself_and_is_not_recovered_again(tmp_path, calls):
+    c = _compressor(tmp_path, "full")
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={"chosen": {"prune_method": "cofi", "sparsity": 0.5}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    assert len(calls["prune"]) == 1 and calls["recover"] == []
+    assert rec.inputs["recovery"] is None and "recovery" not in c.preset.prune_budget("cofi")
+
+
+def test_no_pruning_no_recovery(tmp_path, calls):
+    c = _compressor(tmp_path, "quick")
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={"chosen": {"prune_method": None, "sparsity": 0.0}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    assert calls == {"prune": [], "recover": []} and rec.result["identity"]
+
+
+def test_every_preset_recovers_with_a_valid_config():
+    for name, preset in PRESETS.items():
+        cfg = preset.recovery_config(seed=0)
+        assert cfg.max_steps and cfg.train_limit, name  # bounded: compress spends what the prior measured, no more
+        assert set(cfg.budget()) == set(cfg.field_names()) - set(cfg.NOT_BUDGET)
+
+
+class ParallelExecutor:
+    """A stand-in for a pool / Ray executor: records each batch it is handed, runs the tasks here."""
+
+    backend = "pool"
+
+    def __init__(self):
+        self.batches: list[list[str]] = []
+
+    def describe(self) -> str:
+        return "on a fake pool"
+
+    def map(self, tasks, on_result=None):
+        from edgenlp.executor import Outcome
+
+        self.batches.append([t.key for t in tasks])
+        return [Outcome(t.key, "ok", t.fn(*t.args, **dict(t.kwargs))) for t in tasks]
+
+
+def test_a_parallel_executor_builds_the_shortlists_stages_at_once_with_the_same_records(tmp_path, calls):
+    """Two pruned candidates: one batch of both prune builds; the records equal those of building one at a time."""
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={}, stage="plan", run_id="p")
+    cands = [{"prune_method": "fast", "sparsity": 0.5}, {"prune_method": "fast", "sparsity": 0.7}]
+
+    records = {}
+    for name, executor in (("inline", None), ("pool", ParallelExecutor())):
+        c = _compressor(tmp_path / name, "quick")
+        c.executor = executor
+        c.prebuild([c.prune_build(ft, plan, 1, cand, slot) for slot, cand in enumerate(cands, 1)])
+        if executor is not None:
+            assert executor.batches == [["prune", "prune-c2"]]  # both at once, before either stage runs
+            assert sorted(p.name for p in (tmp_path / name).iterdir()) == [".prune-c2.tmp-prebuild", ".prune.tmp-prebuild"]
+        recs = [c.prune(ft, plan, 1, cand, slot) for slot, cand in enumerate(cands, 1)]
+        if executor is not None:
+            assert executor.batches == [["prune", "prune-c2"]]  # the stages moved the builds in, nothing built again
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["prune", "prune-c2"]  # no scratch left
+        assert all((r.path / "model").is_dir() for r in recs)
+        records[name] = [(r.stage, r.inputs, r.result) for r in recs]
+    assert records["inline"] == records["pool"]
+    # an up-to-date stage is not built again, and one build alone runs in its stage
+    c = _compressor(tmp_path / "pool", "quick")
+    c.executor = ParallelExecutor()
+    c.prebuild([c.prune_build(ft, plan, 1, cand, slot) for slot, cand in enumerate(cands, 1)])
+    assert c.executor.batches == []

@@ -38,13 +38,38 @@ class Preset:
     # method -> the prune config knobs that set how much it spends: exactly a budget the accuracy prior
     # (targets/accuracy-prior.json) has measured rows at, so the planner's drop is the measured one
     prune_budgets: tuple[tuple[str, tuple[tuple[str, object], ...]], ...] = ()
+    # the recovery distillation (DistillConfig knobs) after a pruning that does not distil by itself (fast,
+    # importance; CoFi ends with its own distilled fine-tune): part of those methods' budgets
+    recovery: tuple[tuple[str, object], ...] = ()
+
+    def recovery_config(self, *, seed: int = 0):
+        """The :class:`~edgenlp.prune.config.DistillConfig` ``compress`` recovers a pruned model with."""
+        from edgenlp.prune.config import DistillConfig
+
+        return DistillConfig(**dict(self.recovery), seed=seed)
+
+    def recovers_after(self, method: str) -> bool:
+        """Whether ``compress`` distils a model pruned by ``method`` (False: the method distils by itself)."""
+        from edgenlp.prune.api import PRUNE_METHODS
+        from edgenlp.prune.config import METHOD_CONFIGS
+
+        return not PRUNE_METHODS[METHOD_CONFIGS[method]].recovers
 
     def prune_budget(self, method: str) -> dict:
-        """The prune config knobs ``method`` runs with (the measured budget), else the preset's samples/epochs."""
+        """The prune config knobs ``method`` runs with (the measured budget), else the preset's samples/epochs.
+
+        For a method ``compress`` recovers after, the budget holds the
+        recovery's too (``recovery``: :meth:`DistillConfig.budget`), so the
+        prior's rows for it are the ones measured with that recovery.
+        """
         own = dict(self.prune_budgets).get(method)
         if own is not None:
-            return dict(own)
-        return {"samples": self.prune_samples, **({"epochs": self.prune_epochs} if self.prune_epochs is not None else {})}
+            out = dict(own)
+        else:
+            out = {"samples": self.prune_samples, **({"epochs": self.prune_epochs} if self.prune_epochs is not None else {})}
+        if self.recovers_after(method):
+            out["recovery"] = self.recovery_config().budget()
+        return out
 
     def prune_kwargs(self, method: str) -> dict:
         """:meth:`prune_budget` without the knobs ``method``'s config does not have (``edgenlp.prune.prune_config`` takes these).
@@ -68,13 +93,22 @@ _FAST = ("fast", (("samples", 1024), ("max_seq_len", 64), ("epochs", 0.0), ("fin
 _IMPORTANCE = ("importance", (("samples", 512), ("iterations", 4), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
 _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs", 2.0), ("max_seq_len", 64), ("batch_size", 32)))
 
+# importance is offered again once tools/bench/recovery.py has measured it with this recovery (the prior has no
+# recovered rows for it yet, and compress never prunes without recovering).
+# The recovery distillation after fast / importance: 300 steps of 32 on 8,000 training rows (what the quick
+# preset's fine-tune spends), at the learning rate tools/bench/recovery.py chose on a validation split of train
+# (recovery-*.json); the prior's rows for those methods were measured with exactly this.
+_RECOVERY = (("train_limit", 8000), ("epochs", 2.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
+
 PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
-                    prune_methods=("fast", "importance"), prune_samples=512, prune_epochs=None,
-                    schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE)),
+                    prune_methods=("fast",), prune_samples=512, prune_epochs=None,
+                    schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE),
+                    recovery=_RECOVERY),
     "full": Preset("full", train_limit=None, max_steps=None, priming_steps=None, finetune_seq_len=128,
-                   prune_methods=("fast", "importance", "cofi"), prune_samples=2048, prune_epochs=None,
-                   schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG)),
+                   prune_methods=("fast", "cofi"), prune_samples=2048, prune_epochs=None,
+                   schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG),
+                   recovery=_RECOVERY),
 }
 OBJECTIVES = ("latency", "accuracy", "size")  # edgenlp.targets.planner.OBJECTIVES
 AUTO = "auto"

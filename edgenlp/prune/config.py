@@ -252,3 +252,16 @@ class DistillConfig(Config):
         check_int("train_limit", self.train_limit, minimum=1, allow_none=True)
         check_int("seed", self.seed, minimum=0)
         check_int("threads", self.threads, minimum=1, allow_none=True)
+
+    # the knobs that do not change what is learned: the seed (a budget holds across seeds), the thread count, and a
+    # wall-clock limit (which stops a run early on a slow host and is recorded with the run, not the budget)
+    NOT_BUDGET: ClassVar[tuple[str, ...]] = ("seed", "threads", "budget_minutes")
+
+    def budget(self) -> dict[str, Any]:
+        """What this distillation spends and how it learns: every knob but :attr:`NOT_BUDGET`, as plain values.
+
+        The accuracy prior keys a recovered pruning row by it, and ``compress``
+        recovers with exactly the budget its rows were measured at.
+        """
+        d = self.to_dict()
+        return {k: d[k] for k in self.field_names() if k not in self.NOT_BUDGET}

@@ -10,6 +10,11 @@ the row's drop). No number is typed here: rerun this after a benchmark rerun.
   budget): the drop in points of each (method, target sparsity) per task,
   with the budget it was measured at (the prune config's knobs that set how
   much data and training it spent; ``compress`` presets spend exactly these);
+* pruning then recovery distillation: ``recovery-<task>.json``
+  (``tools/bench/recovery.py``): the drop of each (method, target sparsity)
+  after the recovery whose learning rate that run chose on its validation
+  split (the row marked ``chosen``), at the pruning budget plus the recovery's
+  (``recovery``: :meth:`edgenlp.prune.config.DistillConfig.budget`);
 * quantization: ``quantize.json``: int8 and int4 linears against fp32, an
   int8 / int4 word table added to int8 / int4 linears, vocabulary trimming
   added to int4 linears with an int4 table; accuracy through the ExecuTorch
@@ -77,10 +82,37 @@ def prune_rows() -> list[dict]:
                                         "source": f"tools/bench/results/{fname}"})  # fmt: skip
             row["measured"][r["task"]] = float(r["drop_points"])
     out = []
-    for row in rows.values():
+    for row in [*rows.values(), *recovery_rows()]:
         row["drop"] = round(sum(row["measured"].values()) / len(row["measured"]), 4)
         out.append(row)
     return sorted(out, key=lambda r: (r["method"], json.dumps(r["budget"], sort_keys=True), r["sparsity"]))
+
+
+RECOVERY_GLOB = "recovery-*.json"
+
+
+def recovery_rows() -> list[dict]:
+    """Rows measured with recovery: per results file (one task each), the chosen recovered row per (method, sparsity)."""
+    from edgenlp.prune.config import DistillConfig
+
+    rows: dict[tuple, dict] = {}
+    for path in sorted(RESULTS.glob(RECOVERY_GLOB)):
+        doc = json.loads(path.read_text())
+        teacher = float(doc["teacher"]["dev_accuracy"])
+        for r in doc["rows"]:
+            if not r.get("chosen"):
+                continue
+            budget = {**budget_of(r["method"], r["prune_config"]),
+                      "recovery": DistillConfig.from_dict(r["config"]).budget()}
+            key = (r["method"], float(r["sparsity"]), json.dumps(budget, sort_keys=True))
+            row = rows.setdefault(key, {"method": r["method"], "sparsity": float(r["sparsity"]), "budget": budget,
+                                        "measured": {}, "source": f"tools/bench/results/{path.name}"})
+            if doc["task"] in row["measured"]:
+                raise SystemExit(f"{path}: two chosen rows for {r['method']} at {r['sparsity']} on {doc['task']}")
+            if row["source"] != f"tools/bench/results/{path.name}":
+                row["source"] = ", ".join(sorted({*row["source"].split(", "), f"tools/bench/results/{path.name}"}))
+            row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["dev_accuracy"])), 4)
+    return list(rows.values())
 
 
 def quant_rows() -> list[dict]:

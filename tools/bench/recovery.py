@@ -1,19 +1,24 @@
 """Benchmark: pruning with and without recovery distillation on a fine-tuned MiniLM-L6, not CI.
 
-1. Fine-tunes ``minilm-l6`` on a seeded subset of the task's training rows
-   (full fine-tuning, ``--finetune-epochs``), the teacher; reused from
+1. Holds ``--val-rows`` training rows out as a validation split (never a
+   dev sentence), then fine-tunes ``minilm-l6`` on a seeded subset of the
+   rest (full fine-tuning, ``--finetune-epochs``), the teacher; reused from
    ``--workdir`` on a rerun.
 2. Prunes it with each ``--methods`` at each ``--sparsities`` (encoder
    parameters), without any fine-tuning (the pruned row).
 3. Distils every pruned model from the teacher (:func:`edgenlp.prune.recover`)
-   for each ``--epochs`` on the same training rows (the recovered rows).
+   for each ``--steps`` at each ``--lrs`` on the same training rows (the
+   recovered rows); 300 steps of 32 on 8,000 rows is what ``compress
+   --preset quick`` spends.
 
-Accuracy is on the full dev set, which no step trains or selects on. Writes
+Every row has its validation accuracy (what a setting is chosen on: the best
+learning rate per method, sparsity and steps is marked ``chosen``) and its
+dev accuracy (reported only; no step trains or selects on dev). Writes
 ``<out>.json`` and ``<out>.md`` after every run, with the host and load average;
 ``python tools/readme.py`` renders the README's ``recovery`` section from it.
 
     nice -n 10 python tools/bench/recovery.py --task sst2 --train-limit 8000 --methods fast --sparsities 0.5 \\
-        --epochs 1 2 --threads 1 --workdir /tmp/recovery-bench
+        --steps 300 --lrs 5e-5 1e-4 2e-4 --threads 1 --workdir /tmp/recovery-bench
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import math  # noqa: E402
 import time  # noqa: E402
 
 ROOT = _HERE.parents[1]
@@ -39,7 +45,7 @@ log = logging.getLogger("bench.recovery")
 
 
 def teacher(args, task, workdir: Path):
-    """The fine-tuned teacher (model, info, finetune report), trained once per workdir."""
+    """The fine-tuned teacher (model, info, finetune report), trained once per workdir on ``task`` (dev = validation)."""
     from edgenlp.finetune.config import FinetuneConfig
     from edgenlp.finetune.trainer import finetune
     from edgenlp.models.registry import load_model
@@ -55,20 +61,181 @@ def teacher(args, task, workdir: Path):
     return model, info, json.loads((out / "finetune.json").read_text())
 
 
-def markdown(doc: dict) -> str:
-    lines = [f"# Pruning with and without recovery distillation ({doc['task']}, MiniLM-L6)", "",
-             f"Teacher: full fine-tuning, {doc['teacher']['epochs']} epoch(s) on {doc['train_rows']:,} training rows, "
-             f"dev accuracy {100 * doc['teacher']['dev_accuracy']:.2f}%. Dev set: {doc['dev_rows']} rows.", "",
-             "| method | sparsity (achieved) | recovery | dev accuracy | Δ vs teacher (points) | KL to teacher | wall time |",
-             "|---|---:|---|---:|---:|---:|---:|"]
-    t = doc["teacher"]["dev_accuracy"]
+def dev_accuracy(model, info, split, labels, max_len: int) -> float:
+    """Eager accuracy of ``model`` on ``split`` (the real dev set: reported, never chosen on), as ``compress`` measures it."""
+    from edgenlp.compress.measured import eager_accuracy
+
+    return float(eager_accuracy(model, info, split, labels, max_len=max_len)["accuracy"])
+
+
+def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
+    """One task's section; ``latency`` (that task's timings from ``--time``) adds the int8 speed-up of each shape."""
+    t = doc["teacher"]
+    lat = latency or {}
+    lines = [f"## {doc['task']}", "",
+             f"Teacher: full fine-tuning, {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} on {doc['train_rows']:,} training rows; validation "
+             f"accuracy {100 * t['val_accuracy']:.2f}% on {doc['val_rows']:,} rows held out of train, dev accuracy "
+             f"{100 * t['dev_accuracy']:.2f}% on {doc['dev_rows']:,} rows.", "",
+             "| method | sparsity (achieved) | recovery | lr | val accuracy | Δ val (points) | dev accuracy | Δ dev (points) "
+             "| KL to teacher | int8 ms @128 (× unpruned int8) | wall time |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in doc["rows"]:
-        rec = "none" if not r["recovery_epochs"] else f"{r['recovery_epochs']:g} epoch(s), {r['steps']} steps"
+        rec = "none" if not r["steps"] else f"{r['steps']} steps"
+        lr = "" if not r["steps"] else f"{r['config']['lr']:g}"
         kl = "" if r.get("kl_to_teacher") is None else f"{r['kl_to_teacher']:.4f}"
-        lines.append(f"| {r['method']} | {100 * r['sparsity']:.0f}% ({100 * r['achieved']:.1f}%) | {rec} | "
-                     f"{100 * r['dev_accuracy']:.2f}% | {100 * (r['dev_accuracy'] - t):+.2f} | {kl} | {r['wall_s']:.0f} s |")
-    lines += ["", doc.get("note", "")]
+        best = " **(chosen)**" if r.get("chosen") else ""
+        ms = lat.get(f"{r['method']} {100 * r['sparsity']:.0f}% int8")
+        speed = f"{ms['median_ms']:.2f} ({ms['speedup_vs_int8']:.2f}×)" if ms else ""
+        lines.append(f"| {r['method']} | {100 * r['sparsity']:.0f}% ({100 * r['achieved']:.1f}%) | {rec}{best} | {lr} | "
+                     f"{100 * r['val_accuracy']:.2f}% | {100 * (r['val_accuracy'] - t['val_accuracy']):+.2f} | "
+                     f"{100 * r['dev_accuracy']:.2f}% | {100 * (r['dev_accuracy'] - t['dev_accuracy']):+.2f} | {kl} | "
+                     f"{speed} | {r['wall_s']:.0f} s |")
+    if lat:
+        u8, u32 = lat.get("unpruned int8"), lat.get("unpruned fp32")
+        lines += ["", f"Unpruned, same process: int8 {u8['median_ms']:.2f} ms, fp32 {u32['median_ms']:.2f} ms "
+                      "(stock XNNPACK flow, seq 128, 1 thread, median of interleaved rounds; random weights of each shape)."]
+    host = doc.get("host") or {}
+    isa = host.get("isa_flags") or "?"
+    lines += ["", f"Host: {host.get('cpu_model', '?')}, ISA flags {isa if isinstance(isa, str) else ' '.join(isa)}; "
+                  f"{doc.get('threads', '?')} thread(s); load average {host.get('load_avg_after', '?')} when written. "
+                  f"{doc.get('note', '')}".rstrip(), ""]
+    return lines
+
+
+def markdown(tasks: dict[str, dict], latency: dict | None = None) -> str:
+    lines = ["# Pruning with and without recovery distillation (MiniLM-L6)", "",
+             "Each task's teacher is pruned without any retraining (recovery none), then distilled from the teacher "
+             "(logit KL at temperature 2 plus hidden-state MSE through the layer map) for the steps shown. Settings "
+             "(the recovery learning rate) are chosen per method, sparsity and steps on the validation split held out "
+             "of train (**chosen**); dev is reported only. The planner's prior takes the chosen rows.", ""]
+    for name in sorted(tasks):
+        lines += task_markdown(tasks[name], ((latency or {}).get("tasks") or {}).get(name))
+    if latency:
+        h = latency["host"]
+        lines += [f"Latency: {h['cpu_model']}, ISA flags {h['isa_flags'] if isinstance(h['isa_flags'], str) else ' '.join(h['isa_flags'])}; "
+                  f"{latency['runs']} interleaved rounds per task in one fresh process; load average "
+                  f"{latency['load_avg_before'][0]} before, {latency['load_avg_after'][0]} after.", ""]
     return "\n".join(lines)
+
+
+def plot(tasks: dict[str, dict], path: Path) -> None:
+    """Δ dev accuracy against encoder sparsity per task: each method pruned only, and pruned then recovered (chosen)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = sorted(tasks)
+    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.0), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        doc = tasks[name]
+        t = doc["teacher"]["dev_accuracy"]
+        for method in sorted({r["method"] for r in doc["rows"]}):
+            for label, keep, style in (("pruned only", lambda r: not r["steps"], "--"),
+                                       ("+ recovery", lambda r: r.get("chosen"), "-")):
+                pts = sorted((r["achieved"], 100 * (r["dev_accuracy"] - t)) for r in doc["rows"]
+                             if r["method"] == method and keep(r))
+                if pts:
+                    ax.plot([100 * x for x, _ in pts], [y for _, y in pts], style, marker="o", label=f"{method} {label}")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.axhline(-1, color="tab:red", lw=0.8, ls=":", label="1-point bound")
+        ax.set(title=f"{name} (teacher {100 * t:.1f}% dev)", xlabel="encoder parameters removed (%)",
+               ylabel="Δ dev accuracy (points)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write(results: Results, out: Path, doc: dict) -> None:
+    """Put this task's document into ``<out>.json`` beside the other tasks' (re-read just before writing)."""
+    path = out.with_name(out.name + ".json")
+    try:
+        whole = json.loads(path.read_text())
+        tasks = dict(whole.get("tasks", {}))
+    except (OSError, ValueError):
+        tasks = {}
+    tasks[doc["task"]] = {**doc, "host": results.host()}
+    results.write(out, {"script": "recovery", "tasks": tasks}, markdown(tasks), plot=lambda p: plot(tasks, p))
+
+
+def mark_chosen(rows: list[dict]) -> None:
+    """Per (method, sparsity, steps): the recovered row with the best validation accuracy is ``chosen``."""
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        r.pop("chosen", None)
+        if not r["steps"]:
+            continue
+        key = (r["method"], r["sparsity"], r["steps"])
+        if key not in best or r["val_accuracy"] > best[key]["val_accuracy"]:
+            best[key] = r
+    for r in best.values():
+        r["chosen"] = True
+
+
+def shape_model(shape: dict, num_labels: int, *, seed: int = 0):
+    """A seeded random-weight MiniLM-L6 of ``shape`` (a results row's ``shape``): latency depends on shapes, not weights."""
+    import torch
+
+    from edgenlp.models.encoder import EncoderClassifier
+    from edgenlp.models.registry import load_model
+
+    base, _ = load_model("minilm-l6", labels=tuple(f"l{i}" for i in range(num_labels)))
+    from dataclasses import replace
+
+    torch.manual_seed(seed)
+    return EncoderClassifier(replace(base.shape, hidden=shape["hidden"], heads=tuple(shape["heads"]),
+                                     ffn=tuple(shape["ffn"])), num_labels).eval()
+
+
+def time_shapes(whole: dict, workdir: Path, *, seq_len: int, runs: int) -> dict:
+    """Per task: the unpruned shape and every chosen pruned shape, lowered by the stock XNNPACK int8 flow (PT2E,
+    dynamic per-channel linears: the fastest peer of ``compress_headline.py``) and the unpruned one in fp32, timed in
+    interleaved rounds in one fresh process at ``seq_len``, 1 thread. Returns ``{task: {name: ms summary}}``."""
+    sys.path.insert(0, str(ROOT / "runtime" / "tests"))
+    from quant_programs import lower
+
+    from edgenlp.export.graph import example_inputs, prepare
+    from tools.bench.harness import Timings, fresh_process
+
+    out = {}
+    for name, doc in sorted(whole["tasks"].items()):
+        n = len(json.loads((workdir / name / "teacher" / "config.json").read_text()).get("id2label", {})) or 2
+        first = doc["rows"][0]["shape"]["original"]
+        shapes = {"unpruned": first}
+        for r in doc["rows"]:
+            if r.get("chosen"):
+                shapes[f"{r['method']} {100 * r['sparsity']:.0f}%"] = r["shape"]
+        programs = {}
+        for label, shape in shapes.items():
+            for linears in (("int8", "fp32") if label == "unpruned" else ("int8",)):
+                path = workdir / "latency" / f"{name}-{label.replace(' ', '-').replace('%', '')}-{linears}.pte"
+                if not path.is_file():
+                    model = shape_model(shape, n)
+                    inputs = {f"forward_{seq_len}": example_inputs(seq_len, vocab_size=model.shape.vocab_size)}
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(lower(prepare(model).eval(), inputs, linears=None if linears == "fp32" else "int8"))
+                programs[f"{label} {linears}"] = {"runtime": "executorch", "path": str(path), "method": f"forward_{seq_len}",
+                                                  "vocab_size": 30522}
+        names = list(programs)
+        spec = {"seq_len": seq_len, "threads": 1, "runs": runs, "warmup": 5, "programs": [programs[k] for k in names]}
+        t = Timings.from_rounds(dict(zip(names, fresh_process("programs", spec, threads=1)["ms"])))
+        base = t.summary("unpruned int8")["median"]
+        out[name] = {k: {"median_ms": round(t.summary(k)["median"], 3), "p10_ms": round(t.summary(k)["p10"], 3),
+                         "p90_ms": round(t.summary(k)["p90"], 3), "speedup_vs_int8": round(base / t.summary(k)["median"], 3)}
+                     for k in names}
+        log.info("%s: %s", name, out[name])
+    return out
+
+
+def earlier_rows(out: Path, task: str, ft: dict) -> list[dict]:
+    """This task's rows in ``<out>.json`` when its teacher is the one in the workdir (same validation accuracy)."""
+    try:
+        doc = json.loads(out.with_name(out.name + ".json").read_text())["tasks"][task]
+    except (OSError, ValueError, KeyError):
+        return []
+    return doc["rows"] if doc["teacher"]["val_accuracy"] == ft["dev"]["accuracy"] else []
 
 
 def main() -> None:
@@ -76,11 +243,13 @@ def main() -> None:
     ap.add_argument("--task", default="sst2")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--train-limit", type=int, default=8000)
+    ap.add_argument("--val-rows", type=int, default=1000, help="Training rows held out as the validation split.")
     ap.add_argument("--finetune-epochs", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=["fast"])
     ap.add_argument("--sparsities", nargs="+", type=float, default=[0.5])
-    ap.add_argument("--epochs", nargs="+", type=float, default=[1.0, 2.0], help="Recovery epochs (one row each).")
-    ap.add_argument("--lr", type=float, default=None, help="Recovery learning rate (default: DistillConfig's).")
+    ap.add_argument("--steps", nargs="+", type=int, default=[300],
+                    help="Recovery optimizer steps (one row each; 300 is compress's quick budget).")
+    ap.add_argument("--lrs", nargs="+", type=float, default=[5e-5], help="Recovery learning rates (one row each).")
     ap.add_argument("--samples", type=int, default=1024, help="fast/importance: training rows that score the units.")
     ap.add_argument("--max-seq-len", type=int, default=64)
     ap.add_argument("--threads", type=int, default=1)
@@ -88,53 +257,89 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/recovery-bench"))
     ap.add_argument("--out", type=Path, default=RESULTS / "recovery")
     ap.add_argument("--note", default="")
+    ap.add_argument("--resume", action="store_true",
+                    help="Keep this task's rows already in <out>.json (same teacher) and skip the points they cover.")
+    ap.add_argument("--report-only", action="store_true", help="Render <out>.md and .png again from <out>.json.")
+    ap.add_argument("--time", action="store_true",
+                    help="Time each task's chosen pruned shapes against the unpruned one (stock XNNPACK int8, seq 128, "
+                         "1 thread, interleaved rounds) into <out>.json's 'latency', then render the report.")
+    ap.add_argument("--runs", type=int, default=30, help="--time: interleaved rounds.")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    if args.time or args.report_only:
+        from edgenlp.utils import atomic_write_json, atomic_write_text
+
+        whole = json.loads(args.out.with_name(args.out.name + ".json").read_text())
+        if args.time:
+            from tools.bench.harness import host_info, load_average
+
+            before = load_average()
+            whole["latency"] = {"seq_len": 128, "threads": 1, "runs": args.runs, "load_avg_before": before,
+                                "host": host_info(), "tasks": time_shapes(whole, args.workdir, seq_len=128, runs=args.runs)}
+            whole["latency"]["load_avg_after"] = load_average()
+            atomic_write_json(args.out.with_name(args.out.name + ".json"), whole)
+        md = markdown(whole["tasks"], whole.get("latency")).rstrip("\n") + "\n\n" + Results.host_line(whole["host"]) + "\n"
+        atomic_write_text(args.out.with_name(args.out.name + ".md"), md)
+        Results.figure(args.out.with_name(args.out.name + ".png"), lambda p: plot(whole["tasks"], p))
+        return
 
     import torch
 
     from edgenlp.data.tasks import load_task
     from edgenlp.prune import DistillConfig, prune, prune_config, recover
+    from edgenlp.prune.config import METHOD_CONFIGS
 
     torch.set_num_threads(args.threads)
     results = Results(script="recovery", threads=args.threads)
     task = load_task(args.task, data_dir=args.data_dir)
-    task_sub = task  # the teacher and every step train on the same seeded subset
+    tuning, val = task.hold_out(args.val_rows, seed=args.seed)  # tuning.dev is the validation split
     if args.train_limit:
         from dataclasses import replace
 
-        task_sub = replace(task, train=task.train.sample(args.train_limit, seed=args.seed))
+        tuning = replace(tuning, train=tuning.train.sample(args.train_limit, seed=args.seed))
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    model, info, ft = teacher(args, task_sub, args.workdir)
-    doc = {"task": args.task, "train_rows": len(task_sub.train), "dev_rows": len(task.dev), "max_seq_len": args.max_seq_len,
-           "teacher": {"dev_accuracy": ft["dev"]["accuracy"], "epochs": args.finetune_epochs,
-                       "wall_s": ft.get("total_wall_s")},
-           "rows": [], "note": args.note}
+    model, info, ft = teacher(args, tuning, args.workdir)
+    dev = lambda m, i: dev_accuracy(m, i, task.dev, task.labels, args.max_seq_len)  # noqa: E731
+    previous = earlier_rows(args.out, args.task, ft) if args.resume else []
+    doc = {"task": args.task, "train_rows": len(tuning.train), "val_rows": len(val), "dev_rows": len(task.dev),
+           "max_seq_len": args.max_seq_len, "threads": args.threads,
+           "teacher": {"val_accuracy": ft["dev"]["accuracy"], "dev_accuracy": dev(model, info),
+                       "epochs": args.finetune_epochs, "wall_s": ft.get("total_wall_s")},
+           "rows": list(previous), "note": args.note}
     for method in args.methods:
         for sp in args.sparsities:
-            own = {"samples": args.samples} if method in ("fast", "importance") else {}
+            done = [r for r in previous if r["method"] == method and r["sparsity"] == sp]
+            if done and all(any(r["steps"] == st and r["config"]["lr"] == lr for r in done if r["steps"])
+                            for st in args.steps for lr in args.lrs):
+                continue  # every row of this point is in the results already (--resume)
+            doc["rows"] = [r for r in doc["rows"] if not (r["method"] == method and r["sparsity"] == sp)]
+            own = {"samples": args.samples} if "samples" in METHOD_CONFIGS[method].field_names() else {}
             pcfg = prune_config(method, target_sparsity=sp, max_seq_len=args.max_seq_len, seed=args.seed,
                                 threads=args.threads, **own)
-            pres = prune(model, info, task_sub, pcfg, device="cpu", progress=False, dev_before=ft["dev"])
+            pres = prune(model, info, tuning, pcfg, device="cpu", progress=False, dev_before=ft["dev"])
             base = {"method": method, "sparsity": sp, "achieved": pres.report["achieved"]["encoder_params"],
-                    "shape": pres.report["shape"]}
-            doc["rows"].append({**base, "recovery_epochs": 0, "steps": 0, "dev_accuracy": pres.report["dev_after"]["accuracy"],
-                                "kl_to_teacher": None, "wall_s": pres.report["wall_s"]})
-            results.write(args.out, doc, markdown(doc))
-            for ep in args.epochs:
-                extra = {"lr": args.lr} if args.lr else {}
-                dcfg = DistillConfig(epochs=ep, max_seq_len=args.max_seq_len, seed=args.seed, threads=args.threads, **extra)
-                rres = recover(pres, model, info, task_sub, dcfg, device="cpu")
-                rec = rres.report["recovery"]
-                doc["rows"].append({**base, "recovery_epochs": ep, "steps": rec["steps"],
-                                    "dev_accuracy": rec["dev_after"]["accuracy"], "kl_before": rec["kl_before"],
-                                    "kl_to_teacher": rec["kl_after"], "wall_s": rec["wall_s"], "config": dcfg.to_dict()})
-                results.write(args.out, doc, markdown(doc))
-                log.info("%s %.0f%% + %g epoch(s): %.4f -> %.4f (teacher %.4f)", method, 100 * sp, ep,
-                         pres.report["dev_after"]["accuracy"], rec["dev_after"]["accuracy"], ft["dev"]["accuracy"])
+                    "shape": pres.report["shape"], "prune_config": pcfg.to_dict()}
+            doc["rows"].append({**base, "steps": 0, "val_accuracy": pres.report["dev_after"]["accuracy"],
+                                "dev_accuracy": dev(pres.model, pres.info), "kl_to_teacher": None,
+                                "wall_s": pres.report["wall_s"]})
+            write(results, args.out, doc)
+            for steps in args.steps:
+                for lr in args.lrs:
+                    dcfg = DistillConfig(max_steps=steps, epochs=float(math.ceil(steps * 32 / len(tuning.train))),  # max_steps ends it
+                                         train_limit=args.train_limit, lr=lr, max_seq_len=args.max_seq_len,
+                                         seed=args.seed, threads=args.threads)
+                    rres = recover(pres, model, info, tuning, dcfg, device="cpu")
+                    rec = rres.report["recovery"]
+                    doc["rows"].append({**base, "steps": rec["steps"], "val_accuracy": rec["dev_after"]["accuracy"],
+                                        "dev_accuracy": dev(rres.model, rres.info), "kl_before": rec["kl_before"],
+                                        "kl_to_teacher": rec["kl_after"], "wall_s": rec["wall_s"], "config": dcfg.to_dict()})
+                    mark_chosen(doc["rows"])
+                    write(results, args.out, doc)
+                    log.info("%s %.0f%% + %d steps at lr %g: val %.4f -> %.4f (teacher %.4f)", method, 100 * sp, steps, lr,
+                             pres.report["dev_after"]["accuracy"], rec["dev_after"]["accuracy"], ft["dev"]["accuracy"])
     doc["wall_s"] = round(time.perf_counter() - t0, 1)
-    results.write(args.out, doc, markdown(doc))
+    write(results, args.out, doc)
 
 
 if __name__ == "__main__":

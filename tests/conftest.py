@@ -10,7 +10,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from edgenlp_testing import tiny_model, write_task_dir
+from edgenlp_testing import (export_tiny, session_dyn_task_dir, session_tiny_dynamic_bundle, session_tiny_dynamic_dir,
+                             session_tiny_ft_dir, tiny_model, write_task_dir)
 
 
 @pytest.fixture(scope="session")
@@ -34,69 +35,42 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return save_pretrained(model, info, tmp_path_factory.mktemp("models") / "tiny")
 
 
-def _export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) -> Path:
-    """``model_dir`` exported for ``task_dir`` into a session bundle folder ``name`` (both formats, buckets 8/16/32)."""
-    from edgenlp.data.tasks import load_task
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.models.registry import load_model
-
-    data = load_task(task_dir)
-    model, info = load_model(model_dir, labels=data.labels)
-    out = tmp_path_factory.mktemp("bundles") / name
-    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
-    return out
-
-
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory, tiny_model_dir, tiny_task_dir) -> Path:
-    return _export_tiny(tmp_path_factory, tiny_model_dir, tiny_task_dir, "tiny")
+    return export_tiny(tmp_path_factory, tiny_model_dir, tiny_task_dir, "tiny")
 
 
 # --------------------------------------------------------------------------- dynamic models and bundles
 
 
+# Built once per session through edgenlp_testing, so that runtime/tests (the qemu cross tests) get the same ones.
 @pytest.fixture(scope="session")
 def dyn_task_dir(tmp_path_factory) -> Path:
-    from edgenlp_testing import synthetic_sentiment
-
-    return synthetic_sentiment(tmp_path_factory.mktemp("dyn-task"))
+    return session_dyn_task_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def tiny_ft_dir(tmp_path_factory) -> Path:
     """A tiny uneven model directory whose recipe has a finetune step."""
-    from edgenlp_testing import tiny_finetuned
-    from edgenlp.models.registry import save_pretrained
-
-    model, info = tiny_finetuned()
-    return save_pretrained(model, info, tmp_path_factory.mktemp("models") / "tiny-ft")
+    return session_tiny_ft_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def tiny_dynamic_dir(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
     """``make_dynamic`` on the tiny model: exits after every layer, learned token thresholds (seconds)."""
-    from edgenlp.data.tasks import load_task
-    from edgenlp.dynamic.api import make_dynamic
-    from edgenlp.dynamic.config import DynamicConfig
-    from edgenlp.models.registry import load_model
-
-    model, info = load_model(tiny_ft_dir)
-    config = DynamicConfig(tokens="ltp", val_rows=20, train_limit=60, epochs=3, token_epochs=1, max_seq_len=32,
-                           batch_size=16, max_drop=5.0)
-    res = make_dynamic(model, info, load_task(dyn_task_dir), config, device="cpu")
-    return res.save(tmp_path_factory.mktemp("models") / "tiny-dyn")
+    return session_tiny_dynamic_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def tiny_dynamic_bundle(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir) -> Path:
     """The dynamic model exported as a model directory is (through its recipe): segments in both formats."""
-    return _export_tiny(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir, "tiny-dyn")
+    return session_tiny_dynamic_bundle(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def tiny_static_bundle(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
     """The same base model exported as a plain static bundle."""
-    return _export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static")
+    return export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static")
 
 
 @pytest.fixture

@@ -50,6 +50,17 @@ def tiny_finetuned(labels=("neg", "pos"), *, seed=0):
     return model, replace(info, shape=shape, recipe=(Step("finetune", FinetuneConfig(), {"dev": {}}),))
 
 
+def dynamic_texts(n: int = 36, *, seed: int = 3) -> list[str]:
+    """``n`` made-up sentences of 1 to 28 words (3 to 30 tokens with [CLS]/[SEP]: every bucket of 8/16/32, odd and
+    even lengths), in the vocabulary of :func:`synthetic_sentiment`, for comparing dynamic runtimes."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["great", "moving", "funny", "gripping", "lovely", "sharp", "dull", "tedious", "flat", "boring", "messy",
+             "weak", "the", "film", "plot", "acting", "was", "really", "and", "a", "story", "of", "our", "time", ","]
+    return [" ".join(rng.choice(words) for _ in range(1 + (i * 11) % 28)) for i in range(n)]
+
+
 def synthetic_sentiment(folder: Path, *, rows: int = 80, seed: int = 0) -> Path:
     """A task folder of short made-up sentences of varied lengths (odd and even token counts)."""
     import random
@@ -68,3 +79,68 @@ def synthetic_sentiment(folder: Path, *, rows: int = 80, seed: int = 0) -> Path:
         return [(sentence(l), l) for l in (rng.choice(["neg", "pos"]) for _ in range(n))]
 
     return write_task_dir(folder, train=split(rows), dev=split(rows // 4))
+
+
+# --------------------------------------------------------------------------- session artifacts shared across test dirs
+# tests/conftest.py's fixtures and runtime/tests (the qemu cross tests) ask for the same tiny dynamic bundle; a
+# fixture of one conftest is invisible to the other, so both call these, which build each artifact once per
+# pytest session (keyed by the session's base temp dir) in whichever directory asks first.
+_SESSION: dict[tuple[str, str], Path] = {}
+
+
+def _once(tmp_path_factory, name: str, build) -> Path:
+    key = (str(tmp_path_factory.getbasetemp()), name)
+    if key not in _SESSION:
+        _SESSION[key] = build()
+    return _SESSION[key]
+
+
+def export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) -> Path:
+    """``model_dir`` exported for ``task_dir`` into a session bundle folder ``name`` (both formats, buckets 8/16/32)."""
+    from edgenlp.data.tasks import load_task
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.models.registry import load_model
+
+    data = load_task(task_dir)
+    model, info = load_model(model_dir, labels=data.labels)
+    out = tmp_path_factory.mktemp("bundles") / name
+    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
+    return out
+
+
+def session_dyn_task_dir(tmp_path_factory) -> Path:
+    return _once(tmp_path_factory, "dyn-task", lambda: synthetic_sentiment(tmp_path_factory.mktemp("dyn-task")))
+
+
+def session_tiny_ft_dir(tmp_path_factory) -> Path:
+    """A tiny uneven model directory whose recipe has a finetune step."""
+    def build():
+        from edgenlp.models.registry import save_pretrained
+
+        model, info = tiny_finetuned()
+        return save_pretrained(model, info, tmp_path_factory.mktemp("models") / "tiny-ft")
+
+    return _once(tmp_path_factory, "tiny-ft", build)
+
+
+def session_tiny_dynamic_dir(tmp_path_factory) -> Path:
+    """``make_dynamic`` on the tiny model: exits after every layer, learned token thresholds (seconds)."""
+    def build():
+        from edgenlp.data.tasks import load_task
+        from edgenlp.dynamic.api import make_dynamic
+        from edgenlp.dynamic.config import DynamicConfig
+        from edgenlp.models.registry import load_model
+
+        model, info = load_model(session_tiny_ft_dir(tmp_path_factory))
+        config = DynamicConfig(tokens="ltp", val_rows=20, train_limit=60, epochs=3, token_epochs=1, max_seq_len=32,
+                               batch_size=16, max_drop=5.0)
+        res = make_dynamic(model, info, load_task(session_dyn_task_dir(tmp_path_factory)), config, device="cpu")
+        return res.save(tmp_path_factory.mktemp("models") / "tiny-dyn")
+
+    return _once(tmp_path_factory, "tiny-dyn", build)
+
+
+def session_tiny_dynamic_bundle(tmp_path_factory) -> Path:
+    """The dynamic model exported as a model directory is (through its recipe): segments in both formats."""
+    return _once(tmp_path_factory, "tiny-dyn-bundle", lambda: export_tiny(
+        tmp_path_factory, session_tiny_dynamic_dir(tmp_path_factory), session_dyn_task_dir(tmp_path_factory), "tiny-dyn"))

@@ -6,7 +6,9 @@ key ``dynamic``): ExecuTorch methods (fixed buckets), ONNX Runtime sessions
 (any length) and the eager segment modules of a :class:`DynamicModel`. After
 each segment it stops when the exit rule fires; otherwise, where tokens may
 drop, it keeps the tokens :func:`edgenlp.dynamic.rules.keep_tokens` keeps and
-re-pads them to the smallest bucket that holds them::
+re-pads them to the smallest bucket that holds them. The native runtime runs
+the same loop in C++ (``runtime/src/edgenlp.cpp``, through
+:class:`edgenlp.run.native.NativeDynamicRunner`)::
 
     runner = get_runner("out/sst2-dyn", runtime="executorch", threads=1)
     runner.predict(["a gripping film"])            # + exit_layer, tokens_kept per text
@@ -391,9 +393,14 @@ class DynamicRunner(Runner):
         self.backend.close()
 
 
-def bundle_runner(bundle: Bundle | str | Path, *, runtime: str, threads: int | None = None, **options) -> DynamicRunner:
-    """A :class:`DynamicRunner` over a dynamic bundle's ExecuTorch methods or ONNX files."""
+def bundle_runner(bundle: Bundle | str | Path, *, runtime: str, threads: int | None = None, **options) -> Runner:
+    """A :class:`DynamicRunner` over a dynamic bundle's ExecuTorch methods or ONNX files, or for ``native`` a
+    :class:`edgenlp.run.native.NativeDynamicRunner` (the same loop in libedgenlp)."""
     b = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
+    if runtime == "native":
+        from edgenlp.run.native import NativeDynamicRunner
+
+        return NativeDynamicRunner(b, threads=threads, **options)
     entry = b.dynamic
     if entry is None:
         raise BundleError(f"{b.path}: not a dynamic bundle (its manifest has no segments)")
@@ -403,7 +410,8 @@ def bundle_runner(bundle: Bundle | str | Path, *, runtime: str, threads: int | N
     elif runtime == "onnx":
         backend = OnnxBackend(b, entry, threads=threads, pad_id=tok.pad_id)
     else:
-        raise EdgeNLPError(f"runtime {runtime!r} does not run dynamic bundles segment by segment (use executorch or onnx)")
+        raise EdgeNLPError(f"runtime {runtime!r} does not run dynamic bundles segment by segment (use executorch, onnx "
+                           "or native)")
     return DynamicRunner(backend, name=runtime, labels=b.labels, spec=entry.spec, segments=entry.segments,
                          mask_bias=entry.mask_bias, tokenize=tok.token_ids, pad_id=tok.pad_id, **options)
 
@@ -460,11 +468,6 @@ def dynamic_runner(target, *, runtime: str, threads: int | None = None, **option
             raise EdgeNLPError(f"{target}: {flags} needs a dynamic bundle, and this one has no segments "
                                "(make the model with edgenlp dynamic, then export it)")
         return None
-    if runtime == "native":
-        if given:
-            raise EdgeNLPError("the native runtime does not run segments yet; use --runtime executorch or onnx for "
-                               + ", ".join("--" + k.replace("_", "-") for k in given))
-        return None  # the native runtime runs a dynamic bundle's static methods
     if runtime == "eager":
         if hasattr(target, "segments"):
             return eager_runner(target, threads=threads, **options)

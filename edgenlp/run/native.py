@@ -8,6 +8,10 @@ process's libtorch::
         logits = runner.predict_logits(["a gripping film", "dull"])   # float32 [2, num_labels]
     native_tokenize("out/minilm-sst2", ["Hello, world!"])             # [[101, 7592, 1010, 2088, 999, 102]]
 
+A dynamic bundle runs segment by segment in C++ (``edgenlp_logits_dynamic``)
+through :class:`NativeDynamicRunner`, which ``get_runner(..., runtime="native")``
+returns for it; :class:`NativeRunner` runs the static methods of any bundle.
+
 The library is looked up in ``$EDGENLP_NATIVE_LIB``, then inside the installed
 package (``edgenlp/_native/lib/``, what the wheel of ``tools/build_wheel.sh``
 carries), then in ``runtime/build/<arch>/libedgenlp.so`` of the source tree
@@ -22,6 +26,7 @@ import logging
 import os
 import platform
 import threading
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -29,6 +34,7 @@ import numpy as np
 
 from edgenlp.errors import BundleError, EdgeNLPError
 from edgenlp.run.base import Runner, check_texts
+from edgenlp.run.dynamic import DYNAMIC_OPTIONS, DynamicRunner, Prediction, resolve_settings
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +59,15 @@ class Status(enum.IntEnum):
     ERR_OUT_OF_MEMORY = 9
     ERR_INTERNAL = 10
     ERR_BUNDLE_FORMAT = 11
+    ERR_NOT_DYNAMIC = 12
 
 
 # The C ABI level (EDGENLP_ABI_VERSION of edgenlp.h) whose functions this module calls; an
 # older library is refused with a message instead of failing on a missing symbol.
-ABI_VERSION = 3
+ABI_VERSION = 4
+
+# EDGENLP_DEFAULT: a dynamic setting not given (the handle's / the bundle's value).
+DEFAULT = -1
 
 # edgenlp_open_ex flags
 OPEN_SKIP_VERIFY = 1
@@ -154,6 +164,7 @@ def load_library() -> ctypes.CDLL:
         c_size = ctypes.c_size_t
         i64p = ctypes.POINTER(ctypes.c_int64)
         f32p = ctypes.POINTER(ctypes.c_float)
+        i32p = ctypes.POINTER(ctypes.c_int32)
         sig = {
             "edgenlp_version": (ctypes.c_int, []),
             "edgenlp_abi_version": (ctypes.c_int, []),
@@ -170,6 +181,12 @@ def load_library() -> ctypes.CDLL:
             "edgenlp_tokenize": (ctypes.c_int, [h, ctypes.c_char_p, c_size, i64p, i64p, c_size, ctypes.POINTER(c_size)]),
             "edgenlp_logits_batch": (ctypes.c_int, [h, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(c_size), c_size,
                                                     f32p, c_size]),
+            "edgenlp_dynamic_layers": (ctypes.c_int, [h, ctypes.POINTER(c_size)]),
+            "edgenlp_set_exit_threshold": (ctypes.c_int, [h, ctypes.c_double]),
+            "edgenlp_set_keep_ratio": (ctypes.c_int, [h, ctypes.c_double]),
+            "edgenlp_set_static": (ctypes.c_int, [h, ctypes.c_int32]),
+            "edgenlp_logits_dynamic": (ctypes.c_int, [h, ctypes.c_char_p, c_size, ctypes.c_double, ctypes.c_double,
+                                                      ctypes.c_int32, f32p, c_size, i32p, i32p, c_size]),
             "edgenlp_enable_etdump": (ctypes.c_int, [h]),
             "edgenlp_write_etdump": (ctypes.c_int, [h, ctypes.c_char_p]),
         }
@@ -216,6 +233,8 @@ class NativeHandle:
         self.labels = tuple(self._lib.edgenlp_label_name(self._h, i).decode("utf-8") for i in range(n.value))
         self._lib.edgenlp_max_seq_len(self._h, ctypes.byref(n))
         self.max_seq_len = n.value
+        self._lib.edgenlp_dynamic_layers(self._h, ctypes.byref(n))
+        self.num_layers = n.value  # 0: a bundle without segments
 
     def _error(self) -> str:
         if not self._h:
@@ -256,6 +275,39 @@ class NativeHandle:
             self._check(self._lib.edgenlp_logits_batch(
                 self._h, arr, lens, n, out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size))
         return out
+
+    def set_exit_threshold(self, value: float | None) -> None:
+        """The handle's exit threshold (None: the bundle's); raises :class:`NativeError` out of range."""
+        with self._lock:
+            self._check(self._lib.edgenlp_set_exit_threshold(self._h, DEFAULT if value is None else float(value)))
+
+    def set_keep_ratio(self, value: float | None) -> None:
+        """The handle's keep ratio (None: the bundle's own token pruning)."""
+        with self._lock:
+            self._check(self._lib.edgenlp_set_keep_ratio(self._h, DEFAULT if value is None else float(value)))
+
+    def set_static(self, value: bool | None) -> None:
+        with self._lock:
+            self._check(self._lib.edgenlp_set_static(self._h, DEFAULT if value is None else int(bool(value))))
+
+    def logits_dynamic(self, text: str, *, exit_threshold: float | None = None, keep: float | None = None,
+                       static: bool | None = None) -> tuple[np.ndarray, int, list[int]]:
+        """One text through the segments: (logits float32 [num_labels], exit layer, tokens per layer that ran).
+
+        The options override the handle's settings for this call (None: the handle's). On a bundle
+        without segments (all options None) the static methods run and the exit layer is 0.
+        """
+        data = _encode(text)
+        out = np.empty(len(self.labels), dtype=np.float32)
+        tokens = (ctypes.c_int32 * max(self.num_layers, 1))()
+        layer = ctypes.c_int32()
+        with self._lock:
+            self._check(self._lib.edgenlp_logits_dynamic(
+                self._h, data, len(data), DEFAULT if exit_threshold is None else float(exit_threshold),
+                DEFAULT if keep is None else float(keep), DEFAULT if static is None else int(bool(static)),
+                out.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), out.size, ctypes.byref(layer), tokens,
+                self.num_layers))
+        return out, layer.value, list(tokens[: layer.value])
 
     def enable_etdump(self) -> None:
         with self._lock:
@@ -317,3 +369,68 @@ def native_tokenize(bundle_dir, texts: Sequence[str]) -> list[list[int]]:
         return handle.tokenize(list(texts))
     finally:
         handle.close()
+
+
+class NativeDynamicRunner(NativeRunner):
+    """A dynamic bundle through libedgenlp: the embedding and segments run in C++, with the exit rule,
+    token keeping and re-bucketing of :func:`edgenlp.run.dynamic.run_sentence`.
+
+    Same interface as :class:`edgenlp.run.dynamic.DynamicRunner`: ``predict``,
+    ``predict_logits`` and ``predict_details`` take ``static``, ``exit_threshold``
+    and ``keep`` per call; the constructor's become the handle's settings.
+    ``latency_ms`` times the whole native call (its tokenization included).
+    """
+
+    def __init__(self, bundle, *, threads: int | None = None, static: bool = False, exit_threshold=None, keep=None,
+                 verify: bool = True, load_all_methods: bool = False, weight_cache: bool = True) -> None:
+        from edgenlp.bundle import Bundle
+
+        b = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
+        entry = b.dynamic
+        if entry is None:
+            raise BundleError(f"{b.path}: not a dynamic bundle (its manifest has no segments)")
+        self.spec, self.segments, self.mask_bias = entry.spec, entry.segments, entry.mask_bias
+        self.defaults = {"static": static, "exit_threshold": exit_threshold, "keep": keep}
+        self.settings = resolve_settings(self.spec, **self.defaults)  # the Python runtimes' checks and messages
+        super().__init__(b.path, threads=threads, verify=verify, load_all_methods=load_all_methods,
+                         weight_cache=weight_cache)
+        if self.handle.num_layers != self.spec.num_layers:
+            raise BundleError(f"{b.path}: libedgenlp sees {self.handle.num_layers} dynamic layers, the manifest "
+                              f"{self.spec.num_layers}")
+        try:
+            self.handle.set_static(bool(static))
+            self.handle.set_exit_threshold(exit_threshold)
+            self.handle.set_keep_ratio(keep)
+        except EdgeNLPError:
+            self.close()
+            raise
+
+    def _call_options(self, overrides: dict) -> dict:
+        unknown = set(overrides) - set(DYNAMIC_OPTIONS) - {"exits", "rule", "trace"}
+        if unknown:
+            raise TypeError(f"unknown option(s) {sorted(unknown)}")
+        # Python-only options, given anything but their idle value
+        python_only = [k for k, idle in (("exits", True), ("rule", None), ("trace", False))
+                       if overrides.get(k) not in (None, idle)]
+        if python_only:
+            raise EdgeNLPError(f"the native runtime takes static, exit_threshold and keep per call, not "
+                               f"{', '.join(python_only)} (use runtime executorch, onnx or eager)")
+        given = {k: overrides[k] for k in DYNAMIC_OPTIONS if overrides.get(k) is not None}
+        if given:
+            resolve_settings(self.spec, **{**self.defaults, **given})  # the same checks and messages as the others
+        return given
+
+    def predict_details(self, texts: Sequence[str], **overrides) -> list:
+        """A :class:`edgenlp.run.dynamic.Prediction` per text (logits, exit layer, tokens per layer that ran)."""
+        texts = check_texts(texts)
+        given = self._call_options(overrides)
+        out = []
+        for text in texts:
+            t0 = time.perf_counter()
+            logits, layer, tokens = self.handle.logits_dynamic(text, **given)
+            out.append(Prediction(logits, layer, tokens, latency_ms=1000 * (time.perf_counter() - t0)))
+        return out
+
+    # label, probabilities, exit layer and tokens per text, as the Python runtimes report them
+    predict_logits = DynamicRunner.predict_logits
+    predict = DynamicRunner.predict

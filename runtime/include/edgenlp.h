@@ -68,6 +68,11 @@
  *   2          0.2.0    edgenlp_open_ex, EDGENLP_OPEN_* flags
  *   3          0.3.0    edgenlp_abi_version, edgenlp_bundle_format_version,
  *                       EDGENLP_ERR_BUNDLE_FORMAT
+ *   4          0.3.0    dynamic bundles: edgenlp_dynamic_layers,
+ *                       edgenlp_set_exit_threshold, edgenlp_set_keep_ratio,
+ *                       edgenlp_set_static, edgenlp_classify_dynamic,
+ *                       edgenlp_logits_dynamic, EDGENLP_DEFAULT,
+ *                       EDGENLP_ERR_NOT_DYNAMIC
  *   (Adding to the API: append a row, raise EDGENLP_ABI_VERSION by one and
  *   mark the new declarations "Since ABI N".)
  */
@@ -84,7 +89,7 @@
 #define EDGENLP_VERSION \
   (EDGENLP_VERSION_MAJOR * 10000 + EDGENLP_VERSION_MINOR * 100 + EDGENLP_VERSION_PATCH)
 /* ABI level of this header (see "Versions" above). */
-#define EDGENLP_ABI_VERSION 3
+#define EDGENLP_ABI_VERSION 4
 /* Newest bundle manifest format_version this library reads. */
 #define EDGENLP_BUNDLE_FORMAT_VERSION 1
 
@@ -110,7 +115,9 @@ typedef enum edgenlp_status {
   EDGENLP_ERR_NO_MODEL = 8,         /* the bundle has no model.pte (tokenizer only) */
   EDGENLP_ERR_OUT_OF_MEMORY = 9,
   EDGENLP_ERR_INTERNAL = 10,
-  EDGENLP_ERR_BUNDLE_FORMAT = 11    /* the bundle's format_version is newer than this library reads. Since ABI 3 */
+  EDGENLP_ERR_BUNDLE_FORMAT = 11,   /* the bundle's format_version is newer than this library reads. Since ABI 3 */
+  EDGENLP_ERR_NOT_DYNAMIC = 12      /* a dynamic option the bundle cannot honour: it has no segments, or no
+                                       early exits / token layers for that option. Since ABI 4 */
 } edgenlp_status;
 
 /* An open bundle. Opaque. */
@@ -236,6 +243,90 @@ EDGENLP_API edgenlp_status edgenlp_classify_batch(edgenlp_handle* handle, const 
 EDGENLP_API edgenlp_status edgenlp_logits_batch(edgenlp_handle* handle, const char* const* texts,
                                                 const size_t* text_lens, size_t n, float* logits,
                                                 size_t capacity);
+
+/*
+ * Dynamic bundles (since ABI 4)
+ *
+ * A dynamic bundle (`edgenlp export` of a model made with `edgenlp dynamic`;
+ * manifest key "dynamic") holds, beside the static methods, an embedding
+ * method and one method per segment (the layers between two exits or token
+ * layers) for every bucket. edgenlp_classify_dynamic() and
+ * edgenlp_logits_dynamic() run it segment by segment: after a segment that
+ * ends at an exit they stop when the exit rule fires (maxprob: the largest
+ * probability reaches the threshold; entropy: the normalized entropy falls
+ * to it; patience: that many exits in a row agree), and after a token layer
+ * they keep the tokens the bundle's token pruning keeps ([CLS] and [SEP]
+ * always) and re-pad them to the smallest bucket that holds them. The
+ * decisions are those of the Python runtimes (edgenlp.dynamic.rules).
+ *
+ * The older calls (edgenlp_classify, edgenlp_classify_batch,
+ * edgenlp_logits_batch) are unchanged: they run the static methods, every
+ * layer on every token, on every bundle, and ignore the settings below.
+ *
+ * Settings: each handle starts with the bundle's own (its exit rule and
+ * threshold, its token pruning). The setters change them for every later
+ * dynamic call on that handle; the same three options can be overridden for
+ * one call. EDGENLP_DEFAULT means "not set here": to a setter, back to the
+ * bundle's value; in a call's arguments, the handle's setting.
+ *   - exit threshold: maxprob and entropy in [0, 1], patience an integer
+ *     from 1 to the number of exits. EDGENLP_ERR_NOT_DYNAMIC when the bundle
+ *     has no early exit (only the last layer answers).
+ *   - keep ratio in (0, 1]: after each token layer keep the
+ *     max(2, ceil(ratio * n)) most important of the n current tokens (ties to
+ *     the earlier token) instead of the bundle's token pruning; 1 keeps every
+ *     token. EDGENLP_ERR_NOT_DYNAMIC when the bundle has no token layers.
+ *   - static: 1 runs the static methods (every layer on every token), 0 the
+ *     segments.
+ * A value out of range gives EDGENLP_ERR_INVALID_ARGUMENT and changes
+ * nothing; any of them on a bundle without segments gives
+ * EDGENLP_ERR_NOT_DYNAMIC. The message (edgenlp_last_error) names the
+ * option, the value and the range.
+ */
+
+/* "Not set here" for the dynamic settings (see above). Since ABI 4. */
+#define EDGENLP_DEFAULT (-1)
+
+/*
+ * Number of encoder layers of a dynamic bundle (the length the tokens_kept
+ * arrays below need), or 0 for a bundle without segments. Since ABI 4.
+ */
+EDGENLP_API edgenlp_status edgenlp_dynamic_layers(const edgenlp_handle* handle, size_t* num_layers);
+
+/* The handle's exit threshold (EDGENLP_DEFAULT: the bundle's). Since ABI 4. */
+EDGENLP_API edgenlp_status edgenlp_set_exit_threshold(edgenlp_handle* handle, double threshold);
+
+/* The handle's keep ratio (EDGENLP_DEFAULT: the bundle's own token pruning). Since ABI 4. */
+EDGENLP_API edgenlp_status edgenlp_set_keep_ratio(edgenlp_handle* handle, double keep);
+
+/* The handle's mode: 1 static, 0 segments (EDGENLP_DEFAULT: segments). Since ABI 4. */
+EDGENLP_API edgenlp_status edgenlp_set_static(edgenlp_handle* handle, int32_t on);
+
+/*
+ * Classify one text through the segments of a dynamic bundle.
+ * exit_threshold, keep and static_mode override the handle's settings for
+ * this call (EDGENLP_DEFAULT: the handle's). probs and label as for
+ * edgenlp_classify (label may be NULL). *exit_layer (may be NULL) receives
+ * the layer whose exit answered (1-based; the last layer when no earlier
+ * exit fired or in static mode). tokens_kept (may be NULL; else
+ * tokens_capacity >= edgenlp_dynamic_layers()) receives, per layer, the
+ * number of tokens it processed ([CLS] and [SEP] included), 0 for the
+ * layers after the exit.
+ *
+ * On a bundle without segments, with every override EDGENLP_DEFAULT, this
+ * is edgenlp_classify: *exit_layer is set to 0 and tokens_kept is not
+ * written. Since ABI 4.
+ */
+EDGENLP_API edgenlp_status edgenlp_classify_dynamic(edgenlp_handle* handle, const char* text, size_t text_len,
+                                                    double exit_threshold, double keep, int32_t static_mode,
+                                                    float* probs, size_t capacity, int32_t* label,
+                                                    int32_t* exit_layer, int32_t* tokens_kept,
+                                                    size_t tokens_capacity);
+
+/* Like edgenlp_classify_dynamic but writes the raw logits of the answering exit. Since ABI 4. */
+EDGENLP_API edgenlp_status edgenlp_logits_dynamic(edgenlp_handle* handle, const char* text, size_t text_len,
+                                                  double exit_threshold, double keep, int32_t static_mode,
+                                                  float* logits, size_t capacity, int32_t* exit_layer,
+                                                  int32_t* tokens_kept, size_t tokens_capacity);
 
 /*
  * Profiling: record an ExecuTorch ETDump of the following classify calls.

@@ -344,6 +344,11 @@ BundleStatus load_bundle(const std::string& dir_in, BundleInfo* out, std::string
               [](const MethodInfo& a, const MethodInfo& b) { return a.seq_len < b.seq_len; });
     if (out->methods.back().seq_len < 2) return invalid("\"artifacts.pte.methods\" seq_len must be >= 2");
   }
+  // Dynamic bundles (optional): segments, exits and token pruning.
+  if (m.get("dynamic") != nullptr) {
+    std::string why;
+    if (!parse_dynamic(m, out->labels.size(), &out->dynamic, &why)) return invalid(why);
+  }
   for (const auto& [name, digest] : files->as_object()) {
     if (verified.count(name) != 0) continue;
     struct stat st;

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dynamic.h"
 #include "wordpiece.h"
 
 namespace edgenlp {
@@ -60,6 +61,7 @@ struct BundleInfo {
   std::string pte_path;              // empty when the bundle has no ExecuTorch program
   std::shared_ptr<const FileBytes> pte;  // its bytes (verified unless verification was skipped)
   std::vector<MethodInfo> methods;   // sorted by seq_len
+  DynamicInfo dynamic;               // the "dynamic" section (dynamic.present = false when absent)
 };
 
 // kFormat: the manifest's format_version is newer than this library reads.

@@ -23,6 +23,7 @@
 #include <executorch/runtime/platform/runtime.h>
 
 #include "bundle.h"
+#include "dynamic.h"
 #include "wordpiece.h"
 
 // The wheel ships libexecutorch_threadpool.so but not its header; these two
@@ -119,6 +120,51 @@ class VerifiedBytesLoader final : public DataLoader {
   std::shared_ptr<const edgenlp::FileBytes> bytes_;
 };
 
+// A float or int64 tensor [1, seq] (hidden == 0) or [1, seq, hidden] over a
+// buffer the caller owns; sizes and strides live with it.
+class BufferTensor {
+ public:
+  BufferTensor(ScalarType type, std::size_t seq, std::size_t hidden, void* data)
+      : sizes_{1, static_cast<TensorImpl::SizesType>(seq), static_cast<TensorImpl::SizesType>(hidden)},
+        strides_{static_cast<TensorImpl::StridesType>(hidden == 0 ? seq : seq * hidden),
+                 static_cast<TensorImpl::StridesType>(hidden == 0 ? 1 : hidden), 1},
+        impl_(type, hidden == 0 ? 2 : 3, sizes_, data, dim_order_, strides_) {}
+  BufferTensor(const BufferTensor&) = delete;
+  BufferTensor& operator=(const BufferTensor&) = delete;
+  Tensor tensor() { return Tensor(&impl_); }
+
+ private:
+  TensorImpl::SizesType sizes_[3];
+  TensorImpl::DimOrderType dim_order_[3] = {0, 1, 2};
+  TensorImpl::StridesType strides_[3];
+  TensorImpl impl_;
+};
+
+// The dims of a tensor's meta data as a list of sizes.
+template <typename Meta>
+std::vector<std::int64_t> dims_of(const Meta& meta) {
+  std::vector<std::int64_t> out;
+  for (auto s : meta.sizes()) out.push_back(static_cast<std::int64_t>(s));
+  return out;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& dims) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
+
+// How one text runs through a dynamic bundle: the bundle's settings with the
+// handle's and the call's overrides applied.
+struct DynamicSettings {
+  bool is_static = false;
+  double threshold = 0.0;
+  edgenlp::TokenMode tokens = edgenlp::TokenMode::kNone;
+  double keep_ratio = 1.0;
+};
+
+bool is_default(double v) { return v == static_cast<double>(EDGENLP_DEFAULT); }
+
 void ensure_runtime_init() {
   std::call_once(g_init_once, [] {
     // Leave a PAL that the host process registered (e.g. the ExecuTorch
@@ -145,6 +191,12 @@ struct edgenlp_handle {
   std::vector<std::int64_t> ids;
   std::vector<std::int64_t> input_ids;
   std::vector<std::int64_t> input_mask;
+  // dynamic bundles: the handle's settings and the buffers of the segment loop
+  DynamicSettings dynamic;
+  std::vector<float> hidden;
+  std::vector<float> bias;
+  std::vector<std::size_t> keep;
+  std::vector<std::int32_t> tokens;
 
   edgenlp_status fail(edgenlp_status status, std::string message) {
     error = std::move(message);
@@ -215,9 +267,20 @@ struct edgenlp_handle {
                                             std::to_string(num_labels) + " labels");
       }
     }
+    if (info.dynamic.present) {
+      const edgenlp_status st = check_dynamic_methods();
+      if (st != EDGENLP_OK) {
+        module.reset();
+        return st;
+      }
+    }
     if (flags & EDGENLP_OPEN_LOAD_ALL_METHODS) {
-      for (const auto& m : info.methods) {
-        const edgenlp_status st = load_method(m);
+      std::vector<std::string> names;
+      for (const auto& m : info.methods) names.push_back(m.name);
+      for (const auto& name : info.dynamic.embed_methods) names.push_back(name);
+      for (const auto& seg : info.dynamic.segments) names.insert(names.end(), seg.methods.begin(), seg.methods.end());
+      for (const auto& name : names) {
+        const edgenlp_status st = load_method(name);
         if (st != EDGENLP_OK) {
           module.reset();
           return st;
@@ -227,13 +290,85 @@ struct edgenlp_handle {
     return ok();
   }
 
-  // Caller holds g_mu (method loading uses the process-wide thread pool).
-  edgenlp_status load_method(const edgenlp::MethodInfo& m) {
-    if (module->is_method_loaded(m.name)) return EDGENLP_OK;
-    const Error me = module->load_method(m.name);
-    if (me != Error::Ok)
-      return fail(EDGENLP_ERR_MODEL, info.pte_path + ": cannot load method '" + m.name + "' (" + et_error(me) + ")");
+  // The embedding and segment methods the manifest's "dynamic" section names
+  // exist with its inputs and outputs: embed_S int64 [1, S] -> float [1, S, H];
+  // seg<k>_S (float [1, S, H], float [1, S]) -> hidden [1, S, H][, logits (C)][, importance [1, S]].
+  edgenlp_status check_dynamic_methods() {
+    const edgenlp::DynamicInfo& d = info.dynamic;
+    const auto H = static_cast<std::int64_t>(d.hidden);
+    auto disagree = [&](const std::string& name, const std::string& what) {
+      return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": method '" + name + "' " + what +
+                                          " (the manifest's dynamic section and the program disagree)");
+    };
+    auto check = [&](const std::string& name, std::size_t seq, std::size_t n_in, const edgenlp::SegmentInfo* seg) {
+      auto meta = module->method_meta(name);
+      if (!meta.ok())
+        return fail(EDGENLP_ERR_BUNDLE, info.pte_path + ": the manifest's dynamic section names method '" + name +
+                                            "', which the program does not have (manifest and program disagree)");
+      const std::size_t n_out = seg == nullptr ? 1 : seg->num_outputs();
+      if (meta->num_inputs() != n_in || meta->num_outputs() != n_out)
+        return disagree(name, "takes " + std::to_string(meta->num_inputs()) + " input(s) and returns " +
+                                  std::to_string(meta->num_outputs()) + " output(s); the manifest says " +
+                                  std::to_string(n_in) + " and " + std::to_string(n_out));
+      const auto S = static_cast<std::int64_t>(seq);
+      const std::vector<std::int64_t> states = {1, S, H}, row = {1, S};
+      auto expect_in = [&](std::size_t i, ScalarType type, const std::vector<std::int64_t>& dims,
+                           const std::string& what) {
+        auto t = meta->input_tensor_meta(i);
+        if (!t.ok() || t->scalar_type() != type || dims_of(*t) != dims)
+          return disagree(name, "input " + std::to_string(i) + " is not " + what + " " + shape_string(dims));
+        return EDGENLP_OK;
+      };
+      // dims, or (dims empty) any shape of numel elements
+      auto expect_out = [&](std::size_t i, const std::vector<std::int64_t>& dims, std::size_t numel,
+                            const std::string& what) {
+        auto t = meta->output_tensor_meta(i);
+        bool ok = t.ok() && t->scalar_type() == ScalarType::Float;
+        if (ok && !dims.empty()) ok = dims_of(*t) == dims;
+        if (ok && dims.empty()) {
+          std::size_t n = 1;
+          for (auto v : t->sizes()) n *= static_cast<std::size_t>(v);
+          ok = n == numel;
+        }
+        if (!ok) return disagree(name, "output " + std::to_string(i) + " is not float32 " + what);
+        return EDGENLP_OK;
+      };
+      if (seg == nullptr) {
+        if (expect_in(0, ScalarType::Long, row, "int64 input_ids") != EDGENLP_OK) return EDGENLP_ERR_BUNDLE;
+        return expect_out(0, states, 0, "hidden states " + shape_string(states));
+      }
+      if (expect_in(0, ScalarType::Float, states, "float32 hidden states") != EDGENLP_OK ||
+          expect_in(1, ScalarType::Float, row, "a float32 attention bias") != EDGENLP_OK ||
+          expect_out(0, states, 0, "hidden states " + shape_string(states)) != EDGENLP_OK)
+        return EDGENLP_ERR_BUNDLE;
+      if (seg->exit && expect_out(1, {}, d.num_labels, "logits of " + std::to_string(d.num_labels) + " labels") !=
+                           EDGENLP_OK)
+        return EDGENLP_ERR_BUNDLE;
+      if (seg->tokens && expect_out(n_out - 1, row, 0, "importance " + shape_string(row)) != EDGENLP_OK)
+        return EDGENLP_ERR_BUNDLE;
+      return EDGENLP_OK;
+    };
+    for (std::size_t b = 0; b < d.buckets.size(); ++b) {
+      if (check(d.embed_methods[b], d.buckets[b], 1, nullptr) != EDGENLP_OK) return EDGENLP_ERR_BUNDLE;
+      for (const auto& seg : d.segments)
+        if (check(seg.methods[b], d.buckets[b], 2, &seg) != EDGENLP_OK) return EDGENLP_ERR_BUNDLE;
+    }
     return EDGENLP_OK;
+  }
+
+  // Caller holds g_mu (method loading uses the process-wide thread pool).
+  edgenlp_status load_method(const std::string& name) {
+    if (module->is_method_loaded(name)) return EDGENLP_OK;
+    const Error me = module->load_method(name);
+    if (me != Error::Ok)
+      return fail(EDGENLP_ERR_MODEL, info.pte_path + ": cannot load method '" + name + "' (" + et_error(me) + ")");
+    return EDGENLP_OK;
+  }
+
+  edgenlp_status ensure_loaded(const std::string& name) {
+    if (module->is_method_loaded(name)) return EDGENLP_OK;
+    std::lock_guard<std::mutex> lock(g_mu);
+    return load_method(name);
   }
 
   edgenlp_status open(const char* dir) {
@@ -261,6 +396,7 @@ struct edgenlp_handle {
     tokenizer_ready = true;
     classify_limit = info.max_seq_len;
     if (!info.methods.empty()) classify_limit = std::min(classify_limit, info.methods.back().seq_len);
+    if (info.dynamic.present) dynamic = bundle_settings();
     if (info.pte_path.empty()) return ok();
     std::lock_guard<std::mutex> lock(g_mu);
     return load_module();
@@ -271,18 +407,32 @@ struct edgenlp_handle {
     return EDGENLP_OK;
   }
 
-  // Tokenize and run one text; logits receives num_labels floats.
-  edgenlp_status run_one(const char* text, std::size_t len, float* logits) {
-    if (!module) {
-      if (info.pte_path.empty())
-        return fail(EDGENLP_ERR_NO_MODEL, info.dir + ": bundle has no model.pte; it can only tokenize");
-      return fail(EDGENLP_ERR_MODEL, "the program failed to load: reopen the bundle");
-    }
+  edgenlp_status check_model() {
+    if (module) return EDGENLP_OK;
+    if (info.pte_path.empty())
+      return fail(EDGENLP_ERR_NO_MODEL, info.dir + ": bundle has no model.pte; it can only tokenize");
+    return fail(EDGENLP_ERR_MODEL, "the program failed to load: reopen the bundle");
+  }
+
+  // Tokenize text into ids, at most `limit` tokens.
+  edgenlp_status encode(const char* text, std::size_t len, std::size_t limit) {
     if (check_text(text, len) != EDGENLP_OK) return EDGENLP_ERR_INVALID_ARGUMENT;
     std::string err;
-    if (tokenizer.encode(std::string_view(text == nullptr ? "" : text, len), classify_limit, &ids, &err) !=
+    if (tokenizer.encode(std::string_view(text == nullptr ? "" : text, len), limit, &ids, &err) !=
         edgenlp::TokenizeResult::kOk)
       return fail(EDGENLP_ERR_INVALID_UTF8, err);
+    return EDGENLP_OK;
+  }
+
+  // Tokenize and run one text; logits receives num_labels floats.
+  edgenlp_status run_one(const char* text, std::size_t len, float* logits) {
+    if (const edgenlp_status st = check_model(); st != EDGENLP_OK) return st;
+    if (const edgenlp_status st = encode(text, len, classify_limit); st != EDGENLP_OK) return st;
+    return run_static(logits);
+  }
+
+  // Run ids through the static method of the smallest bucket that holds them.
+  edgenlp_status run_static(float* logits) {
     const std::size_t n = ids.size();
     const edgenlp::MethodInfo* method = nullptr;
     for (const auto& m : info.methods) {
@@ -294,7 +444,7 @@ struct edgenlp_handle {
     if (method == nullptr) return fail(EDGENLP_ERR_INTERNAL, "no method fits " + std::to_string(n) + " tokens");
     if (!module->is_method_loaded(method->name)) {
       std::lock_guard<std::mutex> lock(g_mu);
-      if (load_method(*method) != EDGENLP_OK) return EDGENLP_ERR_MODEL;
+      if (load_method(method->name) != EDGENLP_OK) return EDGENLP_ERR_MODEL;
     }
     const std::size_t L = method->dynamic ? n : method->seq_len;
     input_ids.assign(L, tokenizer.pad_id());
@@ -321,6 +471,175 @@ struct edgenlp_handle {
     const float* data = out.const_data_ptr<float>();
     std::copy(data, data + num_labels, logits);
     return EDGENLP_OK;
+  }
+
+  // ------------------------------------------------------------ dynamic bundles
+
+  DynamicSettings bundle_settings() const {
+    DynamicSettings s;
+    s.threshold = info.dynamic.threshold;
+    s.tokens = info.dynamic.tokens;
+    s.keep_ratio = info.dynamic.keep_ratio;
+    return s;
+  }
+
+  edgenlp_status need_dynamic(const char* option) {
+    if (info.dynamic.present) return EDGENLP_OK;
+    return fail(EDGENLP_ERR_NOT_DYNAMIC, info.dir + ": " + option +
+                                             " needs a dynamic bundle, and this one has no segments (make the model "
+                                             "with edgenlp dynamic, then export it)");
+  }
+
+  // Set s's exit threshold to `value` (checked against the bundle's rule).
+  edgenlp_status set_threshold(double value, DynamicSettings* s) {
+    if (const edgenlp_status st = need_dynamic("exit threshold"); st != EDGENLP_OK) return st;
+    const edgenlp::DynamicInfo& d = info.dynamic;
+    if (d.exits.size() < 2)
+      return fail(EDGENLP_ERR_NOT_DYNAMIC, "exit threshold: this dynamic bundle has no early exits (exported with "
+                                           "--exits none)");
+    const std::string why = edgenlp::check_threshold(d.rule, value, d.exits.size());
+    if (!why.empty()) return fail(EDGENLP_ERR_INVALID_ARGUMENT, why);
+    s->threshold = value;
+    return EDGENLP_OK;
+  }
+
+  // Switch s's token pruning to keep ratio `value`.
+  edgenlp_status set_keep(double value, DynamicSettings* s) {
+    if (const edgenlp_status st = need_dynamic("keep ratio"); st != EDGENLP_OK) return st;
+    const std::string why = edgenlp::check_keep_ratio(value);
+    if (!why.empty()) return fail(EDGENLP_ERR_INVALID_ARGUMENT, why);
+    if (info.dynamic.token_layers.empty())
+      return fail(EDGENLP_ERR_NOT_DYNAMIC, "keep ratio: this dynamic bundle has no token layers (made with "
+                                           "--tokens none)");
+    s->tokens = edgenlp::TokenMode::kKeep;
+    s->keep_ratio = value;
+    return EDGENLP_OK;
+  }
+
+  edgenlp_status set_static_mode(std::int32_t value, DynamicSettings* s) {
+    if (const edgenlp_status st = need_dynamic("static mode"); st != EDGENLP_OK) return st;
+    if (value != 0 && value != 1)
+      return fail(EDGENLP_ERR_INVALID_ARGUMENT, "static mode must be 1 (static), 0 (segments) or EDGENLP_DEFAULT, got " +
+                                                    std::to_string(value));
+    s->is_static = value == 1;
+    return EDGENLP_OK;
+  }
+
+  // The handle's settings with one call's overrides (EDGENLP_DEFAULT: keep the handle's).
+  edgenlp_status call_settings(double threshold, double keep_ratio, std::int32_t static_mode, DynamicSettings* s) {
+    *s = dynamic;
+    edgenlp_status st = EDGENLP_OK;
+    if (!is_default(threshold)) st = set_threshold(threshold, s);
+    if (st == EDGENLP_OK && !is_default(keep_ratio)) st = set_keep(keep_ratio, s);
+    if (st == EDGENLP_OK && static_mode != EDGENLP_DEFAULT) st = set_static_mode(static_mode, s);
+    return st;
+  }
+
+  // Run one method; outs receives its outputs.
+  edgenlp_status execute(const std::string& name, std::vector<EValue>& inputs, std::vector<EValue>* outs) {
+    if (ensure_loaded(name) != EDGENLP_OK) return EDGENLP_ERR_MODEL;
+    auto result = module->execute(name, inputs);
+    if (!result.ok())
+      return fail(EDGENLP_ERR_MODEL, "method '" + name + "' failed (" + et_error(result.error()) + ")");
+    *outs = std::move(*result);
+    return EDGENLP_OK;
+  }
+
+  // Output i of a method as float32 data of `numel` elements, or nullptr (error set).
+  const float* float_output(const std::vector<EValue>& outs, std::size_t i, std::size_t numel, const std::string& name) {
+    if (i >= outs.size() || !outs[i].isTensor() || outs[i].toTensor().scalar_type() != ScalarType::Float ||
+        static_cast<std::size_t>(outs[i].toTensor().numel()) != numel) {
+      fail(EDGENLP_ERR_MODEL, "method '" + name + "' returned an unexpected output " + std::to_string(i));
+      return nullptr;
+    }
+    return outs[i].toTensor().const_data_ptr<float>();
+  }
+
+  // One text through the segments (edgenlp.run.dynamic.run_sentence): logits
+  // of the answering exit, its layer and the tokens each layer processed
+  // (tokens[l - 1], 0 after the exit).
+  edgenlp_status run_dynamic(const char* text, std::size_t len, const DynamicSettings& s, float* logits,
+                             std::int32_t* exit_layer) {
+    if (const edgenlp_status st = check_model(); st != EDGENLP_OK) return st;
+    const edgenlp::DynamicInfo& d = info.dynamic;
+    const std::size_t L = d.num_layers, H = d.hidden, C = d.num_labels;
+    tokens.assign(L, 0);
+    if (s.is_static) {
+      if (const edgenlp_status st = encode(text, len, classify_limit); st != EDGENLP_OK) return st;
+      if (const edgenlp_status st = run_static(logits); st != EDGENLP_OK) return st;
+      std::fill(tokens.begin(), tokens.end(), static_cast<std::int32_t>(ids.size()));
+      *exit_layer = static_cast<std::int32_t>(L);
+      return EDGENLP_OK;
+    }
+    const std::size_t limit = std::min(info.max_seq_len, d.buckets.back());
+    if (const edgenlp_status st = encode(text, len, limit); st != EDGENLP_OK) return st;
+    std::size_t count = ids.size();
+    std::size_t b = edgenlp::smallest_bucket(d.buckets, count);
+    if (b == d.buckets.size()) return fail(EDGENLP_ERR_INTERNAL, "no bucket fits " + std::to_string(count) + " tokens");
+    std::size_t S = d.buckets[b];
+    std::vector<EValue> inputs, outs;
+    {
+      input_ids.assign(S, tokenizer.pad_id());
+      std::copy(ids.begin(), ids.end(), input_ids.begin());
+      BufferTensor x(ScalarType::Long, S, 0, input_ids.data());
+      inputs.emplace_back(x.tensor());
+      const std::string& name = d.embed_methods[b];
+      if (const edgenlp_status st = execute(name, inputs, &outs); st != EDGENLP_OK) return st;
+      const float* h = float_output(outs, 0, S * H, name);
+      if (h == nullptr) return EDGENLP_ERR_MODEL;
+      hidden.assign(h, h + S * H);
+      inputs.clear();  // x ends here
+    }
+    edgenlp::ExitState state(d.rule, s.threshold);
+    const bool prune = s.tokens != edgenlp::TokenMode::kNone;
+    const auto mask_bias = static_cast<float>(d.mask_bias);
+    for (std::size_t k = 0; k < d.segments.size(); ++k) {
+      const edgenlp::SegmentInfo& seg = d.segments[k];
+      const std::string& name = seg.methods[b];
+      bias.assign(S, 0.0f);
+      std::fill(bias.begin() + static_cast<std::ptrdiff_t>(count), bias.end(), mask_bias);
+      BufferTensor x(ScalarType::Float, S, H, hidden.data());
+      BufferTensor m(ScalarType::Float, S, 0, bias.data());
+      inputs.clear();
+      inputs.emplace_back(x.tensor());
+      inputs.emplace_back(m.tensor());
+      if (const edgenlp_status st = execute(name, inputs, &outs); st != EDGENLP_OK) return st;
+      if (outs.size() != seg.num_outputs())
+        return fail(EDGENLP_ERR_MODEL, "method '" + name + "' returned " + std::to_string(outs.size()) +
+                                           " outputs, expected " + std::to_string(seg.num_outputs()));
+      for (std::size_t l = seg.first; l <= seg.last; ++l) tokens[l - 1] = static_cast<std::int32_t>(count);
+      const float* h = float_output(outs, 0, S * H, name);
+      if (h == nullptr) return EDGENLP_ERR_MODEL;
+      if (seg.exit) {
+        const float* z = float_output(outs, 1, C, name);
+        if (z == nullptr) return EDGENLP_ERR_MODEL;
+        // the last segment always answers; the rule is not asked there
+        if (k + 1 == d.segments.size() || state.fires(z, C)) {
+          std::copy(z, z + C, logits);
+          *exit_layer = static_cast<std::int32_t>(seg.last);
+          return EDGENLP_OK;
+        }
+      }
+      if (seg.tokens && prune) {
+        const float* importance = float_output(outs, outs.size() - 1, S, name);
+        if (importance == nullptr) return EDGENLP_ERR_MODEL;
+        const double th = s.tokens == edgenlp::TokenMode::kLtp ? d.token_thresholds[seg.last - 1] : 0.0;
+        edgenlp::keep_tokens(importance, count, s.tokens, th, s.keep_ratio, &keep);
+        if (keep.size() < count) {
+          // the kept rows, in order, re-padded with zeros to the smallest bucket that holds them
+          count = keep.size();
+          b = edgenlp::smallest_bucket(d.buckets, count);
+          S = d.buckets[b];
+          std::vector<float> next(S * H, 0.0f);
+          for (std::size_t i = 0; i < count; ++i)
+            std::copy(h + keep[i] * H, h + (keep[i] + 1) * H, next.begin() + static_cast<std::ptrdiff_t>(i * H));
+          hidden.swap(next);
+          continue;
+        }
+      }
+      hidden.assign(h, h + S * H);
+    }
+    return fail(EDGENLP_ERR_INTERNAL, "the last segment did not answer");
   }
 };
 
@@ -390,6 +709,45 @@ edgenlp_status batch(edgenlp_handle* h, const char* const* texts, const size_t* 
   return h->ok();
 }
 
+// edgenlp_classify_dynamic / edgenlp_logits_dynamic.
+edgenlp_status dynamic_one(edgenlp_handle* h, const char* text, size_t text_len, double exit_threshold, double keep,
+                           int32_t static_mode, float* out, size_t capacity, int32_t* label, int32_t* exit_layer,
+                           int32_t* tokens_kept, size_t tokens_capacity, bool probabilities) {
+  const std::size_t k = h->info.labels.size();
+  if (out == nullptr) return h->fail(EDGENLP_ERR_INVALID_ARGUMENT, "output array is NULL");
+  if (capacity < k)
+    return h->fail(EDGENLP_ERR_BUFFER_TOO_SMALL,
+                   "output needs " + std::to_string(k) + " floats, capacity is " + std::to_string(capacity));
+  std::vector<float> logits(k);
+  std::int32_t layer = 0;
+  if (!h->info.dynamic.present) {
+    if (!is_default(exit_threshold)) return h->need_dynamic("exit threshold");
+    if (!is_default(keep)) return h->need_dynamic("keep ratio");
+    if (static_mode != EDGENLP_DEFAULT) return h->need_dynamic("static mode");
+    if (const edgenlp_status st = h->run_one(text, text_len, logits.data()); st != EDGENLP_OK) return st;
+  } else {
+    DynamicSettings settings;
+    if (const edgenlp_status st = h->call_settings(exit_threshold, keep, static_mode, &settings); st != EDGENLP_OK)
+      return st;
+    const std::size_t L = h->info.dynamic.num_layers;
+    if (tokens_kept != nullptr && tokens_capacity < L)
+      return h->fail(EDGENLP_ERR_BUFFER_TOO_SMALL, "tokens_kept needs " + std::to_string(L) +
+                                                       " entries (one per layer), capacity is " +
+                                                       std::to_string(tokens_capacity));
+    if (const edgenlp_status st = h->run_dynamic(text, text_len, settings, logits.data(), &layer); st != EDGENLP_OK)
+      return st;
+    if (tokens_kept != nullptr) std::copy(h->tokens.begin(), h->tokens.end(), tokens_kept);
+  }
+  if (probabilities) {
+    softmax(logits.data(), out, k);
+  } else {
+    std::copy(logits.begin(), logits.end(), out);
+  }
+  if (label != nullptr) *label = argmax(logits.data(), k);
+  if (exit_layer != nullptr) *exit_layer = layer;
+  return h->ok();
+}
+
 }  // namespace
 
 extern "C" {
@@ -414,6 +772,7 @@ EDGENLP_API const char* edgenlp_status_string(edgenlp_status status) {
     case EDGENLP_ERR_OUT_OF_MEMORY: return "out of memory";
     case EDGENLP_ERR_INTERNAL: return "internal error";
     case EDGENLP_ERR_BUNDLE_FORMAT: return "bundle format too new";
+    case EDGENLP_ERR_NOT_DYNAMIC: return "not a dynamic bundle";
   }
   return "unknown status";
 }
@@ -555,6 +914,70 @@ EDGENLP_API edgenlp_status edgenlp_logits_batch(edgenlp_handle* handle, const ch
                                                 const size_t* text_lens, size_t n, float* logits, size_t capacity) {
   if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
   return guarded(handle, [&]() { return batch(handle, texts, text_lens, n, logits, capacity, nullptr, false); });
+}
+
+EDGENLP_API edgenlp_status edgenlp_dynamic_layers(const edgenlp_handle* handle, size_t* num_layers) {
+  if (handle == nullptr || num_layers == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  *num_layers = handle->info.dynamic.present ? handle->info.dynamic.num_layers : 0;
+  return EDGENLP_OK;
+}
+
+EDGENLP_API edgenlp_status edgenlp_set_exit_threshold(edgenlp_handle* handle, double threshold) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (is_default(threshold)) {
+      if (const edgenlp_status st = handle->need_dynamic("exit threshold"); st != EDGENLP_OK) return st;
+      handle->dynamic.threshold = handle->info.dynamic.threshold;
+      return handle->ok();
+    }
+    const edgenlp_status st = handle->set_threshold(threshold, &handle->dynamic);
+    return st == EDGENLP_OK ? handle->ok() : st;
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_set_keep_ratio(edgenlp_handle* handle, double keep) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    if (is_default(keep)) {
+      if (const edgenlp_status st = handle->need_dynamic("keep ratio"); st != EDGENLP_OK) return st;
+      handle->dynamic.tokens = handle->info.dynamic.tokens;
+      handle->dynamic.keep_ratio = handle->info.dynamic.keep_ratio;
+      return handle->ok();
+    }
+    const edgenlp_status st = handle->set_keep(keep, &handle->dynamic);
+    return st == EDGENLP_OK ? handle->ok() : st;
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_set_static(edgenlp_handle* handle, int32_t on) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() -> edgenlp_status {
+    const edgenlp_status st = handle->set_static_mode(on == EDGENLP_DEFAULT ? 0 : on, &handle->dynamic);
+    return st == EDGENLP_OK ? handle->ok() : st;
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_classify_dynamic(edgenlp_handle* handle, const char* text, size_t text_len,
+                                                    double exit_threshold, double keep, int32_t static_mode,
+                                                    float* probs, size_t capacity, int32_t* label,
+                                                    int32_t* exit_layer, int32_t* tokens_kept,
+                                                    size_t tokens_capacity) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() {
+    return dynamic_one(handle, text, text_len, exit_threshold, keep, static_mode, probs, capacity, label, exit_layer,
+                       tokens_kept, tokens_capacity, true);
+  });
+}
+
+EDGENLP_API edgenlp_status edgenlp_logits_dynamic(edgenlp_handle* handle, const char* text, size_t text_len,
+                                                  double exit_threshold, double keep, int32_t static_mode,
+                                                  float* logits, size_t capacity, int32_t* exit_layer,
+                                                  int32_t* tokens_kept, size_t tokens_capacity) {
+  if (handle == nullptr) return EDGENLP_ERR_INVALID_ARGUMENT;
+  return guarded(handle, [&]() {
+    return dynamic_one(handle, text, text_len, exit_threshold, keep, static_mode, logits, capacity, nullptr,
+                       exit_layer, tokens_kept, tokens_capacity, false);
+  });
 }
 
 EDGENLP_API edgenlp_status edgenlp_enable_etdump(edgenlp_handle* handle) {

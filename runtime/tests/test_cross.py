@@ -1,4 +1,4 @@
-"""aarch64 cross build run under qemu-user on three CPU models."""
+"""aarch64 cross build run under qemu-user on three CPU models (one for the dynamic bundle)."""
 
 from __future__ import annotations
 
@@ -83,3 +83,33 @@ def test_quantized_bundles_under_qemu(cpu, aarch64_build, quant_bundles, host_bu
         host_tok = subprocess.run([str(host_build / "edgenlp-run"), str(bundle), "--tokenize", "--input",
                                    str(tmp_path / "texts.txt")], capture_output=True, text=True, check=True)
         assert tok.returncode == 0 and tok.stdout == host_tok.stdout, (name, tok.stderr)
+
+
+@pytest.fixture(scope="module")
+def dynamic_bundle(tmp_path_factory):
+    """The tiny dynamic bundle of tests/conftest.py (the same session build: edgenlp_testing builds it once)."""
+    from edgenlp_testing import session_tiny_dynamic_bundle
+
+    return session_tiny_dynamic_bundle(tmp_path_factory)
+
+
+def test_dynamic_bundle_under_qemu(aarch64_build, host_build, dynamic_bundle, tmp_path):
+    """Early exits and token pruning on aarch64: the same exit layers and tokens per layer as x86-64, and the
+    same probabilities within the export tolerance."""
+    import json
+
+    from edgenlp_testing import dynamic_texts
+
+    texts = dynamic_texts()
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    for options in (["--exit-threshold", "0.8", "--keep", "0.5"], ["--exit-threshold", "0.7"]):
+        args = [str(dynamic_bundle), "--json", "--input", str(tmp_path / "texts.txt"), *options]
+        host = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True, check=True)
+        proc = qemu("cortex-a76", str(aarch64_build / "edgenlp-run"), *args)
+        assert proc.returncode == 0, proc.stderr
+        want = [json.loads(line) for line in host.stdout.splitlines()]
+        got = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert len(got) == len(texts) and len({r["exit_layer"] for r in want}) >= 2
+        assert [(r["exit_layer"], r["tokens_kept"]) for r in got] == [(r["exit_layer"], r["tokens_kept"]) for r in want]
+        for a, b in zip(want, got):
+            assert all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-4 for k in a["probabilities"]), (a, b)

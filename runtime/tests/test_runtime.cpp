@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dynamic.h"
 #include "edgenlp.h"
 #include "json.h"
 #include "sha256.h"
@@ -158,6 +159,68 @@ void test_wordpiece() {
   CHECK(wp.encode(big, 128, &ids, &err) == edgenlp::TokenizeResult::kOk && ids.size() == 3);
 }
 
+// The dynamic-bundle decisions against values of edgenlp.dynamic.rules (numpy).
+void test_dynamic_rules() {
+  using edgenlp::TokenMode;
+  std::vector<std::size_t> keep;
+  auto kept = [&](std::vector<float> imp, TokenMode mode, double th, double ratio) {
+    edgenlp::keep_tokens(imp.data(), imp.size(), mode, th, ratio, &keep);
+    return keep;
+  };
+  using V = std::vector<std::size_t>;
+  // keep: the most important, ties to the earlier token; [CLS] and [SEP] always, in order
+  CHECK((kept({5, 1, 1, 1, 1, 0}, TokenMode::kKeep, 0, 0.5) == V{0, 1, 5}));
+  CHECK((kept({0, 2, 2, 3, 2, 0.5f}, TokenMode::kKeep, 0, 0.5) == V{0, 3, 5}));
+  CHECK((kept({0, 2, 2, 3, 2, 0.5f}, TokenMode::kKeep, 0, 0.01) == V{0, 5}));
+  CHECK((kept({0, 2, 2, 3, 2, 0.5f}, TokenMode::kKeep, 0, 1.0) == V{0, 1, 2, 3, 4, 5}));
+  const float nan = std::nanf("");
+  CHECK((kept({nan, 1, nan, 2, 1, 0}, TokenMode::kKeep, 0, 0.5) == V{0, 3, 5}));  // NaN sorts last
+  // ltp: importance >= float32(threshold)
+  CHECK((kept({0.1f, 0.3f, 0.29999998f, 0.31f, 0.2f}, TokenMode::kLtp, 0.3, 1.0) == V{0, 1, 3, 4}));
+  CHECK((kept({0.1f, 0.3f, 0.2f}, TokenMode::kLtp, 5.0, 1.0) == V{0, 2}));
+  CHECK((kept({9, 9}, TokenMode::kLtp, 50.0, 1.0) == V{0, 1}));
+  CHECK((kept({0, 0, 0}, TokenMode::kNone, 0, 0.1) == V{0, 1, 2}));
+  CHECK(edgenlp::keep_count(7, 0.3) == 3 && edgenlp::keep_count(10, 0.3) == 3 && edgenlp::keep_count(3, 0.1) == 2);
+  CHECK(edgenlp::keep_count(1, 0.5) == 1 && edgenlp::keep_count(10, 0.7) == 7);
+  // buckets: the smallest that holds n
+  const std::vector<std::size_t> buckets = {8, 16, 32};
+  CHECK(edgenlp::smallest_bucket(buckets, 2) == 0 && edgenlp::smallest_bucket(buckets, 8) == 0);
+  CHECK(edgenlp::smallest_bucket(buckets, 9) == 1 && edgenlp::smallest_bucket(buckets, 16) == 1);
+  CHECK(edgenlp::smallest_bucket(buckets, 32) == 2 && edgenlp::smallest_bucket(buckets, 33) == 3);
+  // np.sum's pairwise order (a left-to-right sum gives 1e16 and 0)
+  std::vector<double> a(9, 1.0);
+  a[0] = 1e16;
+  CHECK(edgenlp::pairwise_sum(a.data(), a.size()) == 1.0000000000000008e16);
+  std::vector<double> b(202, 1.0);
+  b[0] = 1e16;
+  b[201] = -1e16;
+  CHECK(edgenlp::pairwise_sum(b.data(), b.size()) == 188.0);
+  // exit scores (to rounding: exp/log of another libm may differ in the last bit)
+  const float z[3] = {1, 2, 3};
+  auto near = [](double x, double y) { return std::fabs(x - y) <= 1e-14 * std::fabs(y); };
+  CHECK(near(edgenlp::exit_confidence(edgenlp::ExitRule::kMaxProb, z, 3), 0.6652409557748218));
+  CHECK(near(edgenlp::exit_confidence(edgenlp::ExitRule::kEntropy, z, 3), 0.7576791106615822));
+  const float flat[2] = {0, 0};
+  CHECK(near(edgenlp::exit_confidence(edgenlp::ExitRule::kEntropy, flat, 2), 1.0));
+  // patience: argmax (first on ties) agreeing this many exits in a row
+  const float e1[2] = {1, 0}, e2[2] = {0, 1}, tie[2] = {0, 0};
+  edgenlp::ExitState two(edgenlp::ExitRule::kPatience, 2);
+  CHECK(!two.fires(e1, 2) && !two.fires(e2, 2) && two.fires(e2, 2));
+  edgenlp::ExitState one(edgenlp::ExitRule::kPatience, 1);
+  CHECK(one.fires(tie, 2));
+  edgenlp::ExitState maxprob(edgenlp::ExitRule::kMaxProb, 0.6652409557748218 - 1e-9);
+  CHECK(maxprob.fires(z, 3));
+  edgenlp::ExitState entropy(edgenlp::ExitRule::kEntropy, 0.75);
+  CHECK(!entropy.fires(z, 3));
+  const float nans[3] = {1, nan, 3};
+  CHECK(edgenlp::argmax_first(nans, 3) == 1 && edgenlp::argmax_first(z, 3) == 2);
+  CHECK(edgenlp::check_threshold(edgenlp::ExitRule::kPatience, 2.5, 3).find("integer from 1 to 3") != std::string::npos);
+  CHECK(edgenlp::check_threshold(edgenlp::ExitRule::kPatience, 3, 3).empty());
+  CHECK(!edgenlp::check_threshold(edgenlp::ExitRule::kMaxProb, 1.5, 3).empty());
+  CHECK(!edgenlp::check_threshold(edgenlp::ExitRule::kEntropy, std::nan(""), 3).empty());
+  CHECK(edgenlp::check_keep_ratio(1.0).empty() && !edgenlp::check_keep_ratio(0.0).empty());
+}
+
 void test_c_api_errors() {
   edgenlp_handle* h = nullptr;
   CHECK(edgenlp_open("/nonexistent/bundle", &h) == EDGENLP_ERR_IO);
@@ -214,6 +277,26 @@ void test_bundle(const char* dir) {
     CHECK(edgenlp_logits_batch(h, &texts[i], &lens[i], 1, one.data(), k) == EDGENLP_OK);
     for (std::size_t j = 0; j < k; ++j) CHECK(std::abs(one[j] - batch[i * k + j]) < 1e-4f);
   }
+  // a static bundle: the dynamic options are refused, edgenlp_classify_dynamic without them is edgenlp_classify
+  std::size_t layers = 99;
+  CHECK(edgenlp_dynamic_layers(h, &layers) == EDGENLP_OK && layers == 0);
+  CHECK(edgenlp_set_exit_threshold(h, 0.5) == EDGENLP_ERR_NOT_DYNAMIC);
+  CHECK(std::strstr(edgenlp_last_error(h), "no segments") != nullptr);
+  CHECK(edgenlp_set_keep_ratio(h, 0.5) == EDGENLP_ERR_NOT_DYNAMIC);
+  CHECK(edgenlp_set_static(h, 1) == EDGENLP_ERR_NOT_DYNAMIC);
+  std::vector<float> dyn(k);
+  int32_t exit_layer = -1, dyn_label = -1;
+  CHECK(edgenlp_classify(h, text, std::strlen(text), probs.data(), k, &label) == EDGENLP_OK);
+  CHECK(edgenlp_classify_dynamic(h, text, std::strlen(text), EDGENLP_DEFAULT, EDGENLP_DEFAULT, EDGENLP_DEFAULT,
+                                 dyn.data(), k, &dyn_label, &exit_layer, nullptr, 0) == EDGENLP_OK);
+  CHECK(exit_layer == 0 && dyn_label == label && dyn == probs);
+  CHECK(edgenlp_classify_dynamic(h, text, std::strlen(text), 0.5, EDGENLP_DEFAULT, EDGENLP_DEFAULT, dyn.data(), k,
+                                 nullptr, nullptr, nullptr, 0) == EDGENLP_ERR_NOT_DYNAMIC);
+  CHECK(edgenlp_logits_dynamic(h, text, std::strlen(text), EDGENLP_DEFAULT, EDGENLP_DEFAULT, 1, dyn.data(), k,
+                               nullptr, nullptr, 0) == EDGENLP_ERR_NOT_DYNAMIC);
+  CHECK(edgenlp_logits_dynamic(h, text, std::strlen(text), EDGENLP_DEFAULT, EDGENLP_DEFAULT, EDGENLP_DEFAULT,
+                               dyn.data(), k - 1, nullptr, nullptr, 0) == EDGENLP_ERR_BUFFER_TOO_SMALL);
+  CHECK(edgenlp_dynamic_layers(nullptr, &layers) == EDGENLP_ERR_INVALID_ARGUMENT);
   edgenlp_close(h);
 
   // open_ex: unknown flags are rejected; skip-verify and load-all give the same results
@@ -240,6 +323,7 @@ int main(int argc, char** argv) {
   test_utf8();
   test_unicode();
   test_wordpiece();
+  test_dynamic_rules();
   test_c_api_errors();
   if (argc > 1) test_bundle(argv[1]);
   std::printf("%d checks, %d failures\n", g_checks, g_failures);

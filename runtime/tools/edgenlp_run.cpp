@@ -10,6 +10,11 @@
 //   --no-verify      skip the sha256 check of the bundle files (EDGENLP_OPEN_SKIP_VERIFY)
 //   --load-all       load every method at open (EDGENLP_OPEN_LOAD_ALL_METHODS)
 //   --no-weight-cache  one packed weight copy per method (EDGENLP_OPEN_NO_WEIGHT_CACHE)
+//   Dynamic bundles run segment by segment (early exits, token pruning); --json adds
+//   "exit_layer" and "tokens_kept" (tokens per layer that ran). On them:
+//   --static         every layer on every token (the static methods)
+//   --exit-threshold X  the exit threshold (maxprob/entropy in [0, 1], patience 1..exits)
+//   --keep R         keep this fraction of the tokens after each token layer, in (0, 1]
 //
 // Exit status: 0 success, 2 bad usage or input (bundle, text), 1 runtime failure.
 #include <sys/resource.h>
@@ -30,7 +35,7 @@ namespace {
 const char* kUsage =
     "usage: edgenlp-run BUNDLE [TEXT ...] [--input FILE] [--json] [--tokenize] [--threads T]\n"
     "                   [--bench N --seq-len L [--warmup W]] [--etdump FILE] [--no-verify] [--load-all]\n"
-    "                   [--no-weight-cache]\n";
+    "                   [--no-weight-cache] [--static] [--exit-threshold X] [--keep R]\n";
 
 struct Options {
   std::string bundle;
@@ -44,6 +49,9 @@ struct Options {
   long warmup = 3;
   std::string etdump;
   uint32_t open_flags = EDGENLP_OPEN_DEFAULT;
+  bool is_static = false;
+  double exit_threshold = EDGENLP_DEFAULT;
+  double keep = EDGENLP_DEFAULT;
 };
 
 [[noreturn]] void die(int code, const std::string& msg) {
@@ -57,6 +65,13 @@ long parse_long(const char* flag, const char* v, long lo, long hi) {
   if (end == v || *end != '\0' || r < lo || r > hi)
     die(2, std::string(flag) + " expects an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got '" +
                v + "'");
+  return r;
+}
+
+double parse_double(const char* flag, const char* v) {
+  char* end = nullptr;
+  const double r = std::strtod(v, &end);
+  if (end == v || *end != '\0') die(2, std::string(flag) + " expects a number, got '" + v + "'");
   return r;
 }
 
@@ -79,6 +94,12 @@ Options parse_args(int argc, char** argv) {
       o.open_flags |= EDGENLP_OPEN_LOAD_ALL_METHODS;
     } else if (a == "--no-weight-cache") {
       o.open_flags |= EDGENLP_OPEN_NO_WEIGHT_CACHE;
+    } else if (a == "--static") {
+      o.is_static = true;
+    } else if (a == "--exit-threshold") {
+      o.exit_threshold = parse_double("--exit-threshold", value());
+    } else if (a == "--keep") {
+      o.keep = parse_double("--keep", value());
     } else if (a == "--tokenize") {
       o.tokenize = true;
     } else if (a == "--input") {
@@ -115,6 +136,8 @@ Options parse_args(int argc, char** argv) {
   }
   if (o.bench == 0 && o.texts.empty()) die(2, "no TEXT given (see --help)");
   if (o.bench > 0 && o.seq_len == 0) die(2, "--bench needs --seq-len");
+  if (o.is_static && (o.exit_threshold != EDGENLP_DEFAULT || o.keep != EDGENLP_DEFAULT))
+    die(2, "--static runs every layer and token: give it without --exit-threshold or --keep");
   return o;
 }
 
@@ -154,9 +177,29 @@ int exit_code(edgenlp_status st) {
 // RAII owner of a handle.
 struct Handle {
   edgenlp_handle* h = nullptr;
+  size_t layers = 0;  // > 0: a dynamic bundle, run segment by segment
+  std::vector<int32_t> tokens;
+  int32_t exit_layer = 0;
   ~Handle() { edgenlp_close(h); }
   void check(edgenlp_status st) const {
     if (st != EDGENLP_OK) die(exit_code(st), edgenlp_last_error(h));
+  }
+  // The dynamic options (an error on a bundle without segments).
+  void configure(const Options& o) {
+    check(edgenlp_dynamic_layers(h, &layers));
+    tokens.assign(layers, 0);
+    if (o.is_static) check(edgenlp_set_static(h, 1));
+    if (o.exit_threshold != EDGENLP_DEFAULT) check(edgenlp_set_exit_threshold(h, o.exit_threshold));
+    if (o.keep != EDGENLP_DEFAULT) check(edgenlp_set_keep_ratio(h, o.keep));
+  }
+  // One text: through the segments of a dynamic bundle, else the static methods.
+  void classify(const std::string& t, float* probs, size_t k, int32_t* label) {
+    if (layers == 0) {
+      check(edgenlp_classify(h, t.data(), t.size(), probs, k, label));
+      return;
+    }
+    check(edgenlp_classify_dynamic(h, t.data(), t.size(), EDGENLP_DEFAULT, EDGENLP_DEFAULT, EDGENLP_DEFAULT, probs,
+                                   k, label, &exit_layer, tokens.data(), tokens.size()));
   }
 };
 
@@ -197,20 +240,21 @@ int bench(const Options& o) {
   const double t0 = now_ms();
   h.check(edgenlp_open_ex(o.bundle.c_str(), o.open_flags, &h.h));
   if (o.threads > 0) h.check(edgenlp_set_threads(h.h, o.threads));
+  h.configure(o);
   const double t_open = now_ms();
   const std::string text = text_of_length(h, o.seq_len);
   size_t k = 0;
   h.check(edgenlp_num_labels(h.h, &k));
   std::vector<float> probs(k);
   int32_t label = 0;
-  h.check(edgenlp_classify(h.h, text.data(), text.size(), probs.data(), k, &label));
+  h.classify(text, probs.data(), k, &label);
   const double t_first = now_ms();
-  for (long i = 0; i < o.warmup; ++i) h.check(edgenlp_classify(h.h, text.data(), text.size(), probs.data(), k, &label));
+  for (long i = 0; i < o.warmup; ++i) h.classify(text, probs.data(), k, &label);
   std::vector<double> lat;
   lat.reserve(static_cast<std::size_t>(o.bench));
   for (long i = 0; i < o.bench; ++i) {
     const double s = now_ms();
-    h.check(edgenlp_classify(h.h, text.data(), text.size(), probs.data(), k, &label));
+    h.classify(text, probs.data(), k, &label);
     lat.push_back(now_ms() - s);
   }
   double mean = 0;
@@ -250,23 +294,35 @@ int main(int argc, char** argv) {
   if (o.tokenize) return tokenize(o, h);
   if (o.threads > 0) h.check(edgenlp_set_threads(h.h, o.threads));
   if (!o.etdump.empty()) h.check(edgenlp_enable_etdump(h.h));
+  h.configure(o);
   size_t k = 0;
   h.check(edgenlp_num_labels(h.h, &k));
   std::vector<float> probs(k);
   for (const auto& t : o.texts) {
     int32_t label = 0;
     const double s = now_ms();
-    h.check(edgenlp_classify(h.h, t.data(), t.size(), probs.data(), k, &label));
+    h.classify(t, probs.data(), k, &label);
     const double ms = now_ms() - s;  // tokenize + run, as an app sees one call
+    const size_t ran = h.layers > 0 ? static_cast<size_t>(h.exit_layer) : 0;
     if (o.json) {
       std::printf("{\"text\": \"%s\", \"label\": \"%s\", \"index\": %d, \"ms\": %.4f, \"probabilities\": {",
                   json_escape(t).c_str(), json_escape(edgenlp_label_name(h.h, static_cast<size_t>(label))).c_str(), label, ms);
       for (size_t i = 0; i < k; ++i)
         std::printf("%s\"%s\": %.6f", i ? ", " : "", json_escape(edgenlp_label_name(h.h, i)).c_str(), probs[i]);
-      std::printf("}}\n");
+      std::printf("}");
+      if (h.layers > 0) {
+        std::printf(", \"exit_layer\": %d, \"tokens_kept\": [", h.exit_layer);
+        for (size_t i = 0; i < ran; ++i) std::printf(i ? ", %d" : "%d", h.tokens[i]);
+        std::printf("]");
+      }
+      std::printf("}\n");
     } else {
       std::printf("%s", edgenlp_label_name(h.h, static_cast<size_t>(label)));
       for (size_t i = 0; i < k; ++i) std::printf("\t%s=%.4f", edgenlp_label_name(h.h, i), probs[i]);
+      if (h.layers > 0) {
+        std::printf("\texit_layer=%d\ttokens_kept=", h.exit_layer);
+        for (size_t i = 0; i < ran; ++i) std::printf(i ? ",%d" : "%d", h.tokens[i]);
+      }
       std::printf("\n");
     }
   }

@@ -34,8 +34,8 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
 public final class EdgeNlp implements AutoCloseable {
   /** The release this binding belongs to; equals the C library's version it was built with. */
   public static final String VERSION = "0.3.0";
-  /** The C ABI level (EDGENLP_ABI_VERSION) this binding calls; older libraries are refused. */
-  public static final int ABI_VERSION = 3;
+  /** The C ABI level (EDGENLP_ABI_VERSION) this binding was built with; older libraries are refused. */
+  public static final int ABI_VERSION = 4;
 
   /** Open flag: do not check the sha256 of the bundle files (EDGENLP_OPEN_SKIP_VERIFY). */
   public static final int OPEN_SKIP_VERIFY = 1;

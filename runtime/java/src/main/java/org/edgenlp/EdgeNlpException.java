@@ -22,6 +22,8 @@ public class EdgeNlpException extends Exception {
     OUT_OF_MEMORY(9),
     INTERNAL(10),
     BUNDLE_FORMAT(11),
+    /** A dynamic option on a bundle without segments (or without exits / token layers). */
+    NOT_DYNAMIC(12),
     /** A code this binding does not know (a newer library). */
     UNKNOWN(-1);
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterable
 
 import click
 
-from edgenlp.cli.types import ChoiceList, IntList
+from edgenlp.cli.types import ChoiceList, FloatList, IntList
 from edgenlp.config import Config, field_choices, field_default, field_help
 
 _KEEP = object()  # Spelling field not overridden
@@ -107,6 +107,8 @@ def _click_type(owner: type, name: str, annotation, choices):
             return IntList()
         if args == (str, Ellipsis):
             return ChoiceList(choices)
+        if args == (float, Ellipsis):
+            return FloatList()
     raise TypeError(f"{owner.__name__}.{name}: no command-line type for {annotation!r}; give the verb a Spelling(type=...)")
 
 

@@ -48,6 +48,34 @@ class IntList(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+def parse_float_list(text: str) -> tuple[float, ...]:
+    """``"0.6, 0.9"`` -> ``(0.6, 0.9)``; raises ValueError for an empty list or a value that is not a number."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not any(parts):
+        raise ValueError(f"expected comma-separated numbers, got {text!r}")
+    try:
+        values = tuple(float(p) for p in parts if p)
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    if any(v != v for v in values):
+        raise ValueError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+class FloatList(click.ParamType):
+    """A click type for comma-separated numbers; converts to a tuple."""
+
+    name = "numbers"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_float_list(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 class ChoiceList(click.ParamType):
     """A click type for comma-separated names, each one of ``choices`` (any name when None); converts to a tuple.
 

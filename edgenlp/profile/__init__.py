@@ -16,7 +16,8 @@ Modules:
   executorch   ETDump + Inspector measurer (XNNPACK per-operator events)
   onnx         ONNX Runtime profiler measurer
   api          ProfileConfig, profile(), document building
-  report       terminal/markdown tables and the PNG plot
+  report       terminal/markdown tables and the PNG plots
+  dynamic      dynamic bundles over a dataset: exits, tokens, weighted components, latency-accuracy curve
 
 Document schema (one per (seq_len, threads); ``--json`` writes a list when
 there are several). Keys marked * are always present::
@@ -55,7 +56,27 @@ there are several). Keys marked * are always present::
                  "software": {"edgenlp", "libedgenlp", "executorch", "runner_arch", "runner_sha256", "files"},
                  "cores_requested": "all"|"big"|"little", "cpus_used": [int]},  # with --on (edgenlp.boards)
       "devices": [{same as "device"}],        # instead of "device" when several boards are profiled together
-      "environment"*: {"cpu": {...}, "versions": {...}, "platform": str}
+      "environment"*: {"cpu": {...}, "versions": {...}, "platform": str},
+      "dynamic": {                            # dynamic bundles with --data (edgenlp.profile.dynamic); shared by the
+        "data": str, "split": "dev"|"train"|None, "n": int,   # documents of one thread count
+        "rule": str, "threshold": float,      # the exit rule and the threshold profiled (--exit-threshold or the bundle's)
+        "bundle_threshold": float, "exits": [int], "token_layers": [int], "num_layers": int,
+        "runtimes": {runtime: {               # executorch, onnx, native: the runtimes asked for that run segments
+          "accuracy": float,                  # percent, at the profiled threshold
+          "latency_ms": {"mean", "p50", "p90", "max": float},   # per sentence at its real length, model only
+          "exit_layers": {layer: int},        # sentences that answered at each exit
+          "mean_exit_layer": float,
+          "tokens_kept": [float | None],      # per layer, mean tokens it processed over the sentences that reached it
+          "segments": [{"index", "layers": [first, last], "exit": bool, "tokens": bool,
+                        "reach": float,       # share of sentences that ran it
+                        "mean_tokens", "p90_tokens": float | None,   # tokens it ran on (null: never reached)
+                        "length": int | None, # the length the runtime runs mean_tokens at (bucket; ONNX: itself)
+                        "cost": {"flops": int, "latency_ms": float} | None}],   # one run at that length
+          "components": [{"name", "flops", "activation_bytes", "latency_ms",   # sum over segments of reach x cost
+                          "share_pct": {"flops", "latency_ms"}}],
+          "total": {"flops", "activation_bytes", "latency_ms"},   # the expected cost of a sentence
+          "static": {"accuracy", "latency_ms": {...}},           # the same data through the static methods
+          "curve": [{"threshold", "accuracy", "latency_ms": {...}, "mean_exit_layer"}]}}}  # a few thresholds
     }
 
 Nothing is imported at package import time; import the submodules.

@@ -295,14 +295,24 @@ def _layer_rows(analytic: AnalyticProfile, measurements: dict[str, Measurement])
 
 
 def profile(spec: str | Path, config: ProfileConfig, *, labels: tuple[str, ...] | None = None,
-            workdir: str | Path | None = None) -> list[dict]:
+            workdir: str | Path | None = None, dynamic=None, data_dir: str | Path | None = None) -> list[dict]:
     """Profile a model name/directory or a bundle; one document per (seq_len, threads), in that order.
 
+    ``dynamic`` (a :class:`edgenlp.profile.dynamic.DynamicProfileConfig` with
+    ``data``) also profiles a dynamic bundle over that data and adds the
+    ``dynamic`` key to each document (one data pass per thread count;
+    ``data_dir`` finds built-in tasks).
+
     Raises :class:`EdgeNLPError` for an unknown model, a runtime the target
-    cannot run (eager on a bundle, a format the bundle lacks), or events that
-    cannot be attributed.
+    cannot run (eager on a bundle, a format the bundle lacks), events that
+    cannot be attributed, or ``dynamic`` data for a model or a static bundle
+    (before anything is measured).
     """
     docs = []
+    if dynamic is not None and dynamic.active:
+        from edgenlp.profile.dynamic import check_dynamic
+
+        check_dynamic(spec, dynamic, config.runtimes)
     with open_target(spec, labels=labels, seq_lens=config.seq_lens, workdir=workdir) as target:
         shape_model = target.analysis_model
         _check_runtimes(target, config)
@@ -320,6 +330,15 @@ def profile(spec: str | Path, config: ProfileConfig, *, labels: tuple[str, ...] 
                     log.info("measuring %s on %s: seq %d, %d thread(s), %d runs", target.name, rt, seq, threads, config.runs)
                     measured[rt] = measurer.measure(target, spec_)
                 docs.append(build_document(target, analytic, measured, config, threads))
+        if dynamic is not None and dynamic.active:
+            from edgenlp.profile.dynamic import dynamic_section
+
+            for threads in config.threads:
+                section = dynamic_section(spec, dynamic, config.runtimes, target=target, measurers=measurers, threads=threads,
+                                          runs=config.runs, warmup=config.warmup, data_dir=data_dir)
+                for doc in docs:
+                    if doc["threads"] == threads:
+                        doc["dynamic"] = section
     return docs
 
 

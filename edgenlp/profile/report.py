@@ -86,6 +86,12 @@ def print_tables(docs: Sequence[dict], *, per_layer: bool = False, console=None)
         console.print(table)
         if per_layer and "layers" in doc:
             console.print(layer_table(doc))
+    seen: set[int] = set()
+    for doc in docs:  # one dynamic section per thread count, shared by that count's documents
+        d = doc.get("dynamic")
+        if d is not None and id(d) not in seen:
+            seen.add(id(d))
+            console.print(dynamic_markdown_text(d, threads=doc["threads"]), markup=False, highlight=False)
 
 
 def layer_table(doc: dict):
@@ -106,7 +112,7 @@ def layer_table(doc: dict):
 
 
 def markdown(docs: Sequence[dict]) -> str:
-    """Markdown tables, one per document."""
+    """Markdown tables, one per document, and the dynamic section of each thread count when there is one."""
     out = []
     for doc in docs:
         header, rows = table_rows(doc)
@@ -114,6 +120,55 @@ def markdown(docs: Sequence[dict]) -> str:
         out.append("| " + " | ".join(header) + " |")
         out.append("|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|")
         out += ["| " + " | ".join(r) + " |" for r in rows]
+        out.append("")
+    seen: set[int] = set()
+    for doc in docs:
+        d = doc.get("dynamic")
+        if d is not None and id(d) not in seen:
+            seen.add(id(d))
+            out += [dynamic_markdown_text(d, threads=doc["threads"]), ""]
+    return "\n".join(out)
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+            + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _num(x, fmt: str = ".2f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def dynamic_markdown_text(d: dict, *, threads: int) -> str:
+    """The ``dynamic`` section of a profile as markdown: per runtime, the per-sentence summary, segments, the
+    weighted component table and the latency-accuracy curve."""
+    where = f"{d['data']}" + (f" ({d['split']})" if d.get("split") else "")
+    out = [f"**dynamic · {d['n']} sentences of {where} · rule {d['rule']} at {d['threshold']} · {threads} thread(s)**", ""]
+    for rt, r in d["runtimes"].items():
+        lat, st = r["latency_ms"], r["static"]["latency_ms"]
+        out += [f"*{rt}*: accuracy {r['accuracy']:.2f} (static {r['static']['accuracy']:.2f}); latency per sentence "
+                f"mean {lat['mean']:.3f} / p50 {lat['p50']:.3f} / p90 {lat['p90']:.3f} / max {lat['max']:.3f} ms "
+                f"(static mean {st['mean']:.3f} / p90 {st['p90']:.3f}); exits {r['exit_layers']} "
+                f"(mean layer {r['mean_exit_layer']:.2f}); tokens per layer {r['tokens_kept']}", ""]
+        out += _md_table(["segment", "layers", "exit", "reach", "mean tokens", "p90 tokens", "length", "FLOPs", "ms"],
+                         [[str(s["index"]), f"{s['layers'][0]}-{s['layers'][1]}", "yes" if s["exit"] else "",
+                           f"{s['reach']:.3f}", _num(s["mean_tokens"], ".1f"), _num(s["p90_tokens"], ".1f"),
+                           _num(s["length"], "d"), human(s["cost"]["flops"]) if s.get("cost") else "-",
+                           _num((s.get("cost") or {}).get("latency_ms"), ".3f")] for s in r["segments"]])
+        out.append("")
+        rows = [[LABELS.get(c["name"], c["name"]), f"{human(c['flops'])} ({c['share_pct']['flops']:.1f}%)",
+                 human(c["activation_bytes"], "B"), f"{c['latency_ms']:.3f} ({c['share_pct']['latency_ms']:.1f}%)"]
+                for c in r["components"]]
+        t = r["total"]
+        rows.append(["**expected total**", human(t["flops"]), human(t["activation_bytes"], "B"), f"{t['latency_ms']:.3f}"])
+        out += ["Components weighted by how often each segment runs:", ""]
+        out += _md_table(["component", "FLOPs", "activations", "ms"], rows)
+        if r["curve"]:
+            out += ["", "Latency against accuracy as the exit threshold moves:", ""]
+            out += _md_table(["threshold", "accuracy", "mean ms", "p90 ms", "mean exit layer"],
+                             [[f"{c['threshold']:g}" + (" (profiled)" if c["threshold"] == d["threshold"] else ""),
+                               f"{c['accuracy']:.2f}", f"{c['latency_ms']['mean']:.3f}", f"{c['latency_ms']['p90']:.3f}",
+                               f"{c['mean_exit_layer']:.2f}"] for c in r["curve"]])
         out.append("")
     return "\n".join(out)
 
@@ -182,6 +237,45 @@ def plot(docs: Sequence[dict], path, *, dpi: int = 150) -> None:
     fig.legend([used[c] for c in reversed(comps)], [LABELS[c] for c in reversed(comps)], loc="center left",
                bbox_to_anchor=(1.0, 0.5), fontsize=8.5, frameon=False)  # fmt: skip
     fig.suptitle(f"{docs[0]['model']}: share of parameters, FLOPs and latency per component", fontsize=11.5, x=0.02, ha="left")
+    fig.tight_layout()
+    from pathlib import Path
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def plot_curve(doc: dict, path, *, dpi: int = 150) -> None:
+    """Mean per-sentence latency against accuracy, one line per runtime, a point per exit threshold (labelled), the
+    bundle's threshold circled and the static program as a cross. ``doc`` is a profile document with ``dynamic``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    d = doc.get("dynamic")
+    if d is None:
+        raise ValueError("the document has no dynamic section (profile a dynamic bundle with --data)")
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, (rt, r) in enumerate(d["runtimes"].items()):
+        color = f"C{i}"
+        pts = r["curve"] or [{"threshold": d["threshold"], "accuracy": r["accuracy"], "latency_ms": r["latency_ms"]}]
+        xs, ys = [c["latency_ms"]["mean"] for c in pts], [c["accuracy"] for c in pts]
+        ax.plot(xs, ys, "o-", color=color, label=f"{rt}: exit threshold ({d['rule']})", linewidth=1.2, markersize=4)
+        for c, x, y in zip(pts, xs, ys):
+            ax.annotate(f"{c['threshold']:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7.5)
+            if c["threshold"] == d["threshold"]:
+                ax.plot([x], [y], "o", markersize=10, markerfacecolor="none", markeredgecolor=color)
+        st = r["static"]
+        ax.plot([st["latency_ms"]["mean"]], [st["accuracy"]], "x", color=color, markersize=8, label=f"{rt}: static")
+    ax.set_xlabel("mean latency per sentence (ms)")
+    ax.set_ylabel("accuracy (%)")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(f"{doc['model']}: {d['n']} sentences of {d['data']}, {doc['threads']} thread(s)", fontsize=10, loc="left")
     fig.tight_layout()
     from pathlib import Path
 

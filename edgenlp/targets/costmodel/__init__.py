@@ -63,10 +63,12 @@ the way to import them:
 ``fitting``   :class:`Observation` and the non-negative least-squares fit
 ``tables``    :class:`CostTable` (``targets/*.costs.json``, ``*.measured.json``, the cache) and which table prices a target
 ``predict``   :class:`CostModel`: coefficients per precision and thread count, transfer to a device, :class:`Prediction`
+``dynamic``   :func:`expected_latency` of a dynamic model (early exits, token pruning) from per-segment statistics
 """
 
 from __future__ import annotations
 
+from edgenlp.targets.costmodel.dynamic import STATISTICS, SegmentStats, expected_latency, segment_stats_from_profile
 from edgenlp.targets.costmodel.features import (COMPONENT_FEATURES, FEATURE_KIND, INT4_GROUP, LINEAR_COMPONENTS, MINILM_L6, MIXED, Bits,
                                                 bundle_precision, dominant, features, layer_bits, peak_memory_bytes, resolve_mixed,
                                                 size_bytes, weight_bytes)  # fmt: skip
@@ -82,5 +84,5 @@ __all__ = [
     "cpu_key", "cross_validated_error", "device_table_cache_path", "device_table_file", "dominant", "embedding_ratios",
     "features", "fit_coefficients", "host_table_file",
     "host_table_path", "key_digest", "layer_bits", "load_host_table", "load_reference_table", "peak_memory_bytes", "reference_table_path", "resolve_mixed",
-    "size_bytes", "weight_bytes",
+    "size_bytes", "weight_bytes", "STATISTICS", "SegmentStats", "expected_latency", "segment_stats_from_profile",
 ]  # fmt: skip

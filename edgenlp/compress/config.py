@@ -96,8 +96,8 @@ _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs
 # importance is offered again once tools/bench/recovery.py has measured it with this recovery (the prior has no
 # recovered rows for it yet, and compress never prunes without recovering).
 # The recovery distillation after fast / importance: 300 steps of 32 on 8,000 training rows (what the quick
-# preset's fine-tune spends), at the learning rate tools/bench/recovery.py chose on a validation split of train
-# (recovery-*.json); the prior's rows for those methods were measured with exactly this.
+# preset's fine-tune spends) at lr 2e-4 (4x DistillConfig's default, near the full fine-tune's tuned 1.6e-4; the one
+# rate tools/bench/recovery.py ran); the prior's rows for those methods were measured with exactly this (recovery.json).
 _RECOVERY = (("train_limit", 8000), ("epochs", 2.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
 
 PRESETS: dict[str, Preset] = {

@@ -141,11 +141,13 @@ def eager_accuracy(model, info, split, labels, *, max_len: int) -> dict:
 
 
 def measure_built(built: Sequence[tuple[Mapping[str, Any], Path, str]], out: Path, *, model_dir: Path, labels, val,
-                  max_len: int, target, budgets, max_drop: float, threads: int, echo=None) -> dict:
+                  max_len: int, target, budgets, max_drop: float, threads: int, echo=None,
+                  not_built: Sequence[Mapping[str, Any]] | None = None) -> dict:
     """The measure stage: every built ``(plan point, bundle, stage)`` on ``val``; the choice; ``measure.json`` at ``out``.
 
     The reference is the uncompressed model at ``model_dir`` in eager PyTorch
     over the same rows, truncated as the bundles truncate (``max_len``).
+    ``not_built`` (shortlisted candidates whose build failed) is recorded as given.
     """
     from edgenlp.models.registry import load_model
     from edgenlp.utils import atomic_write_json
@@ -162,9 +164,9 @@ def measure_built(built: Sequence[tuple[Mapping[str, Any], Path, str]], out: Pat
     i, why = choose_measured(rows)
     doc = {"reference": {"val_accuracy": reference["accuracy"], "through": "eager PyTorch", "max_len": max_len},
            "val_rows": len(val), "max_drop": max_drop, "rows": rows, "chosen_index": i, "chosen": rows[i]["candidate"],
-           "why": why}
+           "why": why, "not_built": [dict(n) for n in not_built or ()]}
     atomic_write_json(out, doc)
-    return {k: doc[k] for k in ("reference", "val_rows", "rows", "chosen_index", "chosen", "why")}
+    return {k: doc[k] for k in ("reference", "val_rows", "rows", "chosen_index", "chosen", "why", "not_built")}
 
 
 def remember(key: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *, source: str, path: Path | None = None) -> None:

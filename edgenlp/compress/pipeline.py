@@ -35,6 +35,7 @@ cached (:func:`edgenlp.targets.calibrate.ensure_host_table`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -45,7 +46,7 @@ from typing import Callable
 
 from edgenlp.compress.config import CompressConfig, Preset, finetune_method_for
 from edgenlp.compress.stages import StageRecord, StageRunner
-from edgenlp.errors import EdgeNLPError
+from edgenlp.errors import EdgeNLPError, ParityError
 
 log = logging.getLogger(__name__)
 
@@ -281,9 +282,14 @@ class Compressor:
 
         def run(tmp: Path) -> dict:
             if pre is not None:
-                scratch, value = pre
-                os.replace(scratch / b.subdir, tmp / b.subdir)
-                shutil.rmtree(scratch, ignore_errors=True)
+                from edgenlp.executor import successful_values
+
+                scratch, outcome = pre
+                try:
+                    (value,) = successful_values([outcome], reraise=True)
+                    os.replace(scratch / b.subdir, tmp / b.subdir)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
             else:
                 (value,) = self.build_candidates([b.task(tmp / b.subdir, self.progress)])
             return b.result(value)
@@ -307,10 +313,13 @@ class Compressor:
         for d in scratch.values():
             shutil.rmtree(d, ignore_errors=True)
             d.mkdir(parents=True)
-        values = self.build_candidates([b.task(scratch[b.stage] / b.subdir, False) for b in pending])
+        self.echo(f"building {len(pending)} candidate stage(s) {self.executor.describe()}")
+        outcomes = self.executor.map([b.task(scratch[b.stage] / b.subdir, False) for b in pending],
+                                     on_result=lambda o, done, total: self.echo(
+                                         f"  {o.key}: {'built' if o.ok else o.status} in {o.seconds:.0f} s ({done}/{total})"))
         prebuilt = self.__dict__.setdefault("_prebuilt", {})
-        for b, value in zip(pending, values):
-            prebuilt[b.stage] = (scratch[b.stage], value)
+        for b, outcome in zip(pending, outcomes):  # a failed build fails in its own stage, as it would one at a time
+            prebuilt[b.stage] = (scratch[b.stage], outcome)
 
     # -- stage 4: prune
     def prune_build(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build | None":
@@ -379,18 +388,24 @@ class Compressor:
 
     # -- stage 6: the shortlist on the validation split
     def measure(self, ft: StageRecord, plan: StageRecord, built: list[tuple[dict, StageRecord, StageRecord]],
-                attempt: int) -> StageRecord:
-        """Score every built candidate on the validation split; choose the first (in the plan's order) that meets every bound."""
+                attempt: int, not_built: list[dict] | None = None) -> StageRecord:
+        """Score every built candidate on the validation split; choose the first (in the plan's order) that meets every bound.
+
+        ``not_built`` (``{"candidate", "stage", "error"}``: shortlisted
+        candidates whose build failed its parity check) go into
+        ``measure.json`` and the report as such.
+        """
         from edgenlp.compress.measured import measure_built
 
         def run(tmp: Path) -> dict:
             return measure_built([(p, ex.path / "bundle", ex.stage) for p, _, ex in built], tmp / "measure.json",
                                  model_dir=ft.path / "model", labels=self.data.labels, val=self.val, max_len=self.max_len,
                                  target=self.target, budgets=self.budgets, max_drop=self.config.max_drop,
-                                 threads=host_threads(self.budgets.threads),
+                                 threads=host_threads(self.budgets.threads), not_built=not_built,
                                  echo=lambda msg: self.echo(f"[{_stage_name('measure', attempt)}] {msg}"))
 
-        inputs = {"candidates": [p["candidate"] for p, _, _ in built], "max_drop": self.config.max_drop,
+        inputs = {"candidates": [p["candidate"] for p, _, _ in built], "not_built": not_built or [],
+                  "max_drop": self.config.max_drop,
                   "budgets": self.budgets.to_dict(), "validation": self.data_key["validation"], "max_len": self.max_len}
         rec = self._record(self.runner.run(_stage_name("measure", attempt), run, inputs=inputs,
                                            upstream=(ft, plan, *(ex for _, _, ex in built))))
@@ -505,9 +520,20 @@ class Compressor:
             if self.parallel:
                 self.prebuild([self.export_build(pr, plan, attempt, p["candidate"], slot)
                                for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)])
-            built = [(p, pr, self.export(pr, plan, attempt, p["candidate"], slot))
-                     for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)]
-            ms = self.measure(ft, plan, built, attempt)
+            built, not_built = [], []
+            for slot, (p, pr) in enumerate(zip(shortlist, prs), 1):
+                try:
+                    built.append((p, pr, self.export(pr, plan, attempt, p["candidate"], slot)))
+                except ParityError as exc:  # this candidate does not lower faithfully here: measure the others
+                    if len(shortlist) == 1:
+                        raise
+                    self.echo(f"attempt {attempt}: candidate {slot} was not built ({exc}); measuring the others")
+                    not_built.append({"candidate": p["candidate"], "stage": _stage_name("export", attempt, slot),
+                                      "error": str(exc)})
+            if not built:
+                raise EdgeNLPError(f"attempt {attempt}: no candidate of the shortlist was built: "
+                                   + "; ".join(f"{json.dumps(n['candidate'], sort_keys=True)}: {n['error']}" for n in not_built))
+            ms = self.measure(ft, plan, built, attempt, not_built)
             point, pr, ex = built[ms.result["chosen_index"]]
             chosen = point["candidate"]
             self.echo(f"attempt {attempt}: measured {len(built)} candidate(s) on validation; chose {ms.result['why']}")
@@ -519,6 +545,7 @@ class Compressor:
                 break
             self.echo(f"attempt {attempt}: {'; '.join(ver.result['failures'])}; planning again")
             missed = [{"exactly": r["candidate"]} for r in ms.result["rows"] if not r["meets"] and r["candidate"] != chosen]
+            missed += [{"exactly": n["candidate"]} for n in not_built]
             excluded = [*excluded, *exclusions_after(chosen, ver.result["failures_kind"]), *missed]
         summary = write_reports(self, ft=ft, base=base, attempts=attempts, passed=passed)
         if passed is None:

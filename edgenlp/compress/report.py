@@ -199,6 +199,8 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
                          f"{_fmt(r['measured_drop'])} | {_fmt(r['predicted_size_mb'])} | {_fmt(r['measured_size_mb'])} | "
                          f"{_fmt(r['predicted_latency_ms'])} | {_fmt(r['real_shape_latency_ms'])} | "
                          f"{'yes' if r['meets'] else 'no: ' + ', '.join(r['fails'])} |")
+        for r in m.get("not_built") or ():
+            lines.append(f"| – | `{json.dumps(r['candidate'], sort_keys=True)}` | not built: {r['error']} | | | | | | no |")
         lines.append("")
     f = s.get("finetune") or {}
     if f.get("method"):

@@ -127,3 +127,42 @@ def test_a_parallel_executor_builds_the_shortlists_stages_at_once_with_the_same_
     c.executor = ParallelExecutor()
     c.prebuild([c.prune_build(ft, plan, 1, cand, slot) for slot, cand in enumerate(cands, 1)])
     assert c.executor.batches == []
+
+
+def test_a_candidate_that_fails_its_parity_check_is_reported_and_the_others_are_measured(monkeypatch, tmp_path):
+    from edgenlp.compress import report
+    from edgenlp.errors import EdgeNLPError, ParityError
+
+    good, bad = {"prune_method": None, "sparsity": 0.0, "bits": "int8"}, {"prune_method": None, "sparsity": 0.0, "bits": "int4"}
+
+    def run(shortlist, fails):
+        c = pipeline.Compressor.__new__(pipeline.Compressor)
+        c.config, c.out, c.echo = CompressConfig(max_attempts=1), tmp_path, lambda msg: None
+        seen = {}
+
+        def export(pr, plan, attempt, cand, slot):
+            if cand in fails:
+                raise ParityError(f"export parity failed ({cand['bits']})")
+            return SimpleNamespace(stage=f"export-{slot}", cand=cand)
+
+        def measure(ft, plan, built, attempt, not_built=None):
+            seen.update(built=[b[0]["candidate"] for b in built], not_built=not_built)
+            return SimpleNamespace(result={"chosen_index": 0, "why": "#1", "rows": [{"candidate": seen["built"][0], "meets": True}]})
+
+        plan = SimpleNamespace(result={"chosen": shortlist[0], "shortlist": [{"candidate": x} for x in shortlist]})
+        for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
+                         "baseline": lambda ft: "base", "plan": lambda *a: plan, "prune": lambda *a: "pr", "export": export,
+                         "measure": measure,
+                         "verify": lambda *a: SimpleNamespace(result={"passed": True, "failures": []})}.items():
+            monkeypatch.setattr(c, name, fn)
+        monkeypatch.setattr(report, "write_reports", lambda comp, **kw: {})
+        c.run()
+        return seen
+
+    seen = run([bad, good], fails=[bad])
+    assert seen["built"] == [good] and [n["candidate"] for n in seen["not_built"]] == [bad]
+    assert "parity" in seen["not_built"][0]["error"]
+    with pytest.raises(ParityError):  # the plan's only candidate: its own error, as before
+        run([bad], fails=[bad])
+    with pytest.raises(EdgeNLPError, match="no candidate of the shortlist was built"):
+        run([bad, good], fails=[bad, good])

@@ -107,7 +107,7 @@ def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_p
 
     for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
                      "baseline": lambda ft: "base", "plan": plan, "prune": lambda *a: "pr", "export": lambda *a: "ex",
-                     "measure": lambda ft, plan, built, attempt: SimpleNamespace(result={
+                     "measure": lambda ft, plan, built, attempt, not_built=None: SimpleNamespace(result={
                          "chosen_index": 0, "why": "the plan's #1", "rows": [{"candidate": built[0][0]["candidate"], "meets": True}]}),
                      "verify": lambda *a: next(verdicts)}.items():  # fmt: skip
         monkeypatch.setattr(c, name, logged(name, fn))

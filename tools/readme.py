@@ -1392,12 +1392,13 @@ def recovery(r: Results) -> str:
     parts = [paragraph("""
         **Measured** (`tools/bench/recovery.py`, `results/recovery.{json,md,png}`). Per task, a MiniLM-L6 teacher is
         fine-tuned (full fine-tuning on 8,000 seeded training rows), pruned with no retraining, then recovered by
-        distillation for the steps `compress` spends. The recovery's learning rate is chosen on a validation split held
-        out of train (**chosen**); dev is reported only. `targets/accuracy-prior.json` takes the chosen rows, so the
-        planner predicts a recovered pruning's drop from these.""")]
+        distillation for the steps `compress` spends (300 steps of 32 rows); `targets/accuracy-prior.json` takes the
+        chosen rows, so the planner predicts a recovered pruning's drop from these.""")]
+    parts.append(_bench_module("recovery").markdown(d["tasks"], d.get("latency")).split("\n")[2])  # how it was run
     for name in sorted(d["tasks"]):
-        body = mod.task_markdown(d["tasks"][name])
+        body = mod.task_markdown(d["tasks"][name], ((d.get("latency") or {}).get("tasks") or {}).get(name))
         parts.append("\n".join(["#### " + body[0][3:], *body[1:]]).strip())
+    parts += [line for line in mod.markdown(d["tasks"], d.get("latency")).split("\n") if line.startswith("Latency: ")]
     parts.append("![Δ dev accuracy against encoder sparsity, pruned only and recovered](tools/bench/results/recovery.png)")
     return "\n\n".join(parts)
 

@@ -10,8 +10,8 @@ the row's drop). No number is typed here: rerun this after a benchmark rerun.
   budget): the drop in points of each (method, target sparsity) per task,
   with the budget it was measured at (the prune config's knobs that set how
   much data and training it spent; ``compress`` presets spend exactly these);
-* pruning then recovery distillation: ``recovery-<task>.json``
-  (``tools/bench/recovery.py``): the drop of each (method, target sparsity)
+* pruning then recovery distillation: ``recovery.json``
+  (``tools/bench/recovery.py``, one teacher per task): the drop of each (method, target sparsity)
   after the recovery whose learning rate that run chose on its validation
   split (the row marked ``chosen``), at the pruning budget plus the recovery's
   (``recovery``: :meth:`edgenlp.prune.config.DistillConfig.budget`);
@@ -88,16 +88,18 @@ def prune_rows() -> list[dict]:
     return sorted(out, key=lambda r: (r["method"], json.dumps(r["budget"], sort_keys=True), r["sparsity"]))
 
 
-RECOVERY_GLOB = "recovery-*.json"
+RECOVERY_FILE = "recovery.json"
 
 
 def recovery_rows() -> list[dict]:
-    """Rows measured with recovery: per results file (one task each), the chosen recovered row per (method, sparsity)."""
+    """Rows measured with recovery: per task of ``recovery.json``, the chosen recovered row per (method, sparsity)."""
     from edgenlp.prune.config import DistillConfig
 
     rows: dict[tuple, dict] = {}
-    for path in sorted(RESULTS.glob(RECOVERY_GLOB)):
-        doc = json.loads(path.read_text())
+    path = RESULTS / RECOVERY_FILE
+    if not path.is_file():
+        return []
+    for doc in json.loads(path.read_text())["tasks"].values():
         teacher = float(doc["teacher"]["dev_accuracy"])
         for r in doc["rows"]:
             if not r.get("chosen"):
@@ -109,8 +111,6 @@ def recovery_rows() -> list[dict]:
                                         "measured": {}, "source": f"tools/bench/results/{path.name}"})
             if doc["task"] in row["measured"]:
                 raise SystemExit(f"{path}: two chosen rows for {r['method']} at {r['sparsity']} on {doc['task']}")
-            if row["source"] != f"tools/bench/results/{path.name}":
-                row["source"] = ", ".join(sorted({*row["source"].split(", "), f"tools/bench/results/{path.name}"}))
             row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["dev_accuracy"])), 4)
     return list(rows.values())
 

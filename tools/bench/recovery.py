@@ -103,18 +103,28 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
 
 
 def markdown(tasks: dict[str, dict], latency: dict | None = None) -> str:
+    lrs = {}
+    for doc in tasks.values():
+        for r in doc["rows"]:
+            if r["steps"]:
+                lrs.setdefault((doc["task"], r["method"], r["sparsity"], r["steps"]), set()).add(r["config"]["lr"])
+    compared = sorted({lr for v in lrs.values() if len(v) > 1 for lr in v})
+    how = (f"the recovery learning rate is chosen per method, sparsity and steps on the validation split among "
+           f"{', '.join(f'{x:g}' for x in compared)} where several ran (**chosen**)" if compared else
+           f"one recovery learning rate ran per point ({', '.join(sorted({f'{x:g}' for v in lrs.values() for x in v}))}), "
+           "so **chosen** marks that row; no learning rate was compared")
     lines = ["# Pruning with and without recovery distillation (MiniLM-L6)", "",
              "Each task's teacher is pruned without any retraining (recovery none), then distilled from the teacher "
-             "(logit KL at temperature 2 plus hidden-state MSE through the layer map) for the steps shown. Settings "
-             "(the recovery learning rate) are chosen per method, sparsity and steps on the validation split held out "
-             "of train (**chosen**); dev is reported only. The planner's prior takes the chosen rows.", ""]
+             f"(logit KL at temperature 2 plus hidden-state MSE through the layer map) for the steps shown; {how}. "
+             "Dev is reported only. The planner's prior takes the chosen rows.", ""]
     for name in sorted(tasks):
         lines += task_markdown(tasks[name], ((latency or {}).get("tasks") or {}).get(name))
     if latency:
         h = latency["host"]
         lines += [f"Latency: {h['cpu_model']}, ISA flags {h['isa_flags'] if isinstance(h['isa_flags'], str) else ' '.join(h['isa_flags'])}; "
                   f"{latency['runs']} interleaved rounds per task in one fresh process; load average "
-                  f"{latency['load_avg_before'][0]} before, {latency['load_avg_after'][0]} after.", ""]
+                  f"{latency['load_avg_before'][0]} before, {latency['load_avg_after'][0]} after. "
+                  f"{latency.get('note', '')}".rstrip(), ""]
     return "\n".join(lines)
 
 

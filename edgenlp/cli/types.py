@@ -16,15 +16,20 @@ from __future__ import annotations
 import click
 
 
-def parse_int_list(text: str, *, minimum: int = 1) -> tuple[int, ...]:
-    """``"1, 2"`` -> ``(1, 2)``; raises ValueError for an empty list, a non-integer or a value below ``minimum``."""
+def _parse_list(text: str, cast, what: str) -> tuple:
+    """``text`` split at commas and each part ``cast``; ValueError naming ``what`` for an empty list or a bad part."""
     parts = [p.strip() for p in str(text).split(",")]
     if not any(parts):
-        raise ValueError(f"expected comma-separated integers, got {text!r}")
+        raise ValueError(f"expected comma-separated {what}, got {text!r}")
     try:
-        values = tuple(int(p) for p in parts if p)
+        return tuple(cast(p) for p in parts if p)
     except ValueError:
-        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+        raise ValueError(f"expected comma-separated {what}, got {text!r}") from None
+
+
+def parse_int_list(text: str, *, minimum: int = 1) -> tuple[int, ...]:
+    """``"1, 2"`` -> ``(1, 2)``; raises ValueError for an empty list, a non-integer or a value below ``minimum``."""
+    values = _parse_list(text, int, "integers")
     low = [v for v in values if v < minimum]
     if low:
         raise ValueError(f"expected integers >= {minimum}, got {low[0]} in {text!r}")
@@ -50,13 +55,7 @@ class IntList(click.ParamType):
 
 def parse_float_list(text: str) -> tuple[float, ...]:
     """``"0.6, 0.9"`` -> ``(0.6, 0.9)``; raises ValueError for an empty list or a value that is not a number."""
-    parts = [p.strip() for p in str(text).split(",")]
-    if not any(parts):
-        raise ValueError(f"expected comma-separated numbers, got {text!r}")
-    try:
-        values = tuple(float(p) for p in parts if p)
-    except ValueError:
-        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    values = _parse_list(text, float, "numbers")
     if any(v != v for v in values):
         raise ValueError(f"expected comma-separated numbers, got {text!r}")
     return values

@@ -238,7 +238,14 @@ def plot(docs: Sequence[dict], path, *, dpi: int = 150) -> None:
                bbox_to_anchor=(1.0, 0.5), fontsize=8.5, frameon=False)  # fmt: skip
     fig.suptitle(f"{docs[0]['model']}: share of parameters, FLOPs and latency per component", fontsize=11.5, x=0.02, ha="left")
     fig.tight_layout()
+    _save(fig, path, dpi=dpi)
+
+
+def _save(fig, path, *, dpi: int) -> None:
+    """Write ``fig`` to ``path`` through a temporary name beside it, then close it."""
     from pathlib import Path
+
+    import matplotlib.pyplot as plt
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -277,11 +284,4 @@ def plot_curve(doc: dict, path, *, dpi: int = 150) -> None:
     ax.legend(fontsize=8, frameon=False)
     ax.set_title(f"{doc['model']}: {d['n']} sentences of {d['data']}, {doc['threads']} thread(s)", fontsize=10, loc="left")
     fig.tight_layout()
-    from pathlib import Path
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    tmp.replace(path)
+    _save(fig, path, dpi=dpi)

@@ -217,13 +217,28 @@ def test_quantized_parity_bound_follows_the_activation_rounding_error_not_the_lo
     assert policy.bound("executorch", reference_scale=8.0, quant_error=5.0, rounding_error=0.1)["tolerance"] == b["tolerance"]
     # ONNX Runtime quantizes the fp32 model itself: a multiple of the whole quantization error, with a floor
     # (ONNX_TOLERANCE, scaled by the reference's largest |logit|) well below the size of the logits themselves.
-    from edgenlp.quantize.config import ONNX_QUANT_ERROR_FACTOR, ONNX_TOLERANCE
+    from edgenlp.quantize.config import ONNX_QUANT_ERROR_FACTOR, ONNX_TOLERANCE, ONNX_TOLERANCE_X86_NO_VNNI, onnx_tolerance
 
     big = policy.bound("onnx", reference_scale=2.0, quant_error=5.0, rounding_error=0.1)
     assert big["applied"] == "quant-error-multiple" and big["tolerance"] == pytest.approx(ONNX_QUANT_ERROR_FACTOR * 5.0)
     small = policy.bound("onnx", reference_scale=2.0, quant_error=0.1, rounding_error=0.1)
-    assert small["applied"] == "relative" and small["tolerance"] == pytest.approx(2.0 * ONNX_TOLERANCE[8])
+    assert small["applied"] == "relative" and small["tolerance"] == pytest.approx(2.0 * onnx_tolerance(8))
     assert max(ONNX_TOLERANCE.values()) <= 0.5  # a defect moves logits by about their own size: it must not pass
+    assert max(ONNX_TOLERANCE_X86_NO_VNNI.values()) < 1.0  # ... nor on an x86 host without VNNI
+    assert ONNX_TOLERANCE_X86_NO_VNNI[4] == ONNX_TOLERANCE[4]  # 4-bit linears keep fp32 activations: no saturation
+
+
+@pytest.mark.parametrize("machine, isa, bits, floor", [
+    ("x86_64", ["avx2", "fma"], 8, "no-vnni"), ("x86_64", ["avx2", "fma", "avx512_vnni"], 8, "vnni"),
+    ("x86_64", ["avx2", "avx_vnni"], 8, "vnni"), ("aarch64", ["asimd", "asimddp"], 8, "vnni"), ("x86_64", ["avx2"], 4, "vnni")])
+def test_onnx_floor_follows_the_hosts_int8_kernel(monkeypatch, machine, isa, bits, floor):
+    """ONNX Runtime's u8 x s8 kernel saturates on x86 without VNNI: only its 8-bit floor widens there."""
+    import edgenlp.utils
+    from edgenlp.quantize.config import ONNX_TOLERANCE, ONNX_TOLERANCE_X86_NO_VNNI, onnx_tolerance
+
+    monkeypatch.setattr(edgenlp.utils, "cpu_info", lambda: {"machine": machine, "isa": isa})
+    want = ONNX_TOLERANCE_X86_NO_VNNI[bits] if floor == "no-vnni" else ONNX_TOLERANCE[bits]
+    assert onnx_tolerance(bits) == want
     # fp32 parity stays absolute.
     assert FP32_PARITY.tolerance_for("executorch", reference_scale=10.0, quant_error=1.0) == FP32_PARITY.tolerance
     with pytest.raises(ValueError, match="quant_error_fraction"):

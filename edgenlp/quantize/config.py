@@ -74,6 +74,24 @@ KERNEL_ROUNDING: dict[str, dict] = {
 # its largest |logit| and fails. The earlier floor (1x / 2x the largest |logit|) passed it.
 ONNX_QUANT_ERROR_FACTOR = 3.0
 ONNX_TOLERANCE = {8: 0.3, 4: 0.3}
+# On an x86 host without VNNI, ONNX Runtime's u8 x s8 MatMulInteger kernel adds pairs of products in saturating 16-bit
+# lanes, so its 8-bit linears drift further from the reference: measured on an AMD EPYC with AVX2 only, tiny models of
+# the test suite, int8 + int8 table: lowering error / largest |logit| 0.47 and 0.53 (both above the 0.3 floor). The
+# 8-bit floor there is 0.8; a nibble-swapped int4 table (1.4x) and the 4-bit linears (MatMulNBits, fp32 activations)
+# keep the 0.3 floor.
+ONNX_TOLERANCE_X86_NO_VNNI = {8: 0.8, 4: 0.3}
+X86_VNNI_FLAGS = ("avx512_vnni", "avx512vnni", "avx_vnni")
+
+
+def onnx_tolerance(bits: int) -> float:
+    """ONNX Runtime's parity floor for ``bits``-bit linears on this host (relative to the reference's largest |logit|)."""
+    from edgenlp.utils import cpu_info
+
+    info = cpu_info()
+    x86 = info.get("machine") in ("x86_64", "AMD64", "i686")
+    if x86 and not any(f in info.get("isa", ()) for f in X86_VNNI_FLAGS):
+        return ONNX_TOLERANCE_X86_NO_VNNI[bits]
+    return ONNX_TOLERANCE[bits]
 # The earlier per-bits absolute bounds, kept for callers that read them.
 LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
 
@@ -156,7 +174,7 @@ class QuantizeConfig(Config):
             rounding_note=f"measured lowering error / activation-rounding error, {measured}" if measured else "",
             runtime_quant_error_factor=(("onnx", ONNX_QUANT_ERROR_FACTOR),),
             # ONNX Runtime's floor, relative to the largest |logit| (see ONNX_TOLERANCE)
-            runtime_tolerance=(("onnx", ONNX_TOLERANCE[8 if self.lowest_bits >= 8 else 4]),),
+            runtime_tolerance=(("onnx", onnx_tolerance(8 if self.lowest_bits >= 8 else 4)),),
         )
 
     def weight_storage(self) -> dict:

@@ -9,9 +9,29 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # The workers already use every core: lowering helpers would only add their start-up (tests of the
+    # helpers pass processes= explicitly).
+    os.environ.setdefault("EDGENLP_LOWER_PROCESSES", "1")
 
 from edgenlp_testing import (export_tiny, session_dyn_task_dir, session_tiny_dynamic_bundle, session_tiny_dynamic_dir,
                              session_tiny_ft_dir, tiny_model, write_task_dir)
+
+
+RUNTIME_TESTS = Path(__file__).resolve().parents[1] / "runtime" / "tests"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``--dist loadgroup``), the tests that build or run the native runtime share one worker.
+
+    They build runtime/build/<arch> (and the cross, sanitizer and wheel builds) and fill
+    .cache/native-test-bundles: one process at a time keeps those trees whole, while the rest of
+    the suite runs on the other workers.
+    """
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if (path.is_relative_to(RUNTIME_TESTS) or item.get_closest_marker("native") or item.get_closest_marker("cross")):
+            item.add_marker(pytest.mark.xdist_group("native"))
 
 
 @pytest.fixture(scope="session")

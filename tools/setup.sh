@@ -60,6 +60,8 @@ fi
 case "$action" in
   setup) log "ready: source .venv/bin/activate" ;;
   run) exec .venv/bin/edgenlp compress --out out/compress "$@" ;;
-  test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider --durations=25 "$@" ;;
+  # One test process per core (at most 4; pytest-xdist), the native-runtime tests together in one of them.
+  test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider --durations=25 \
+          -n "${EDGENLP_TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadgroup "$@" ;;
   *) echo "error: unknown action '$action' (use run, test or nothing)" >&2; exit 2 ;;
 esac

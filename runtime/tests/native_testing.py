@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -32,12 +34,29 @@ SENTENCES = [
 ]
 
 
+@contextlib.contextmanager
+def exclusive(path: Path):
+    """Hold an exclusive lock on ``path`` (created): test processes (pytest-xdist workers) take turns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def build(*args: str) -> Path:
-    """Run runtime/build.sh with args; return the build dir it printed."""
+    """Run runtime/build.sh with args; return the build dir it printed.
+
+    One build at a time across test processes: two makes in one build tree would race.
+    """
     if shutil.which("cmake") is None or shutil.which("g++") is None:
         pytest.skip("cmake/g++ missing: run `bash runtime/setup_deps.sh --host`")
     env = dict(os.environ, PYTHON=os.environ.get("PYTHON", sys.executable))  # the interpreter running the tests
-    proc = subprocess.run(["bash", str(RUNTIME / "build.sh"), *args], capture_output=True, text=True, timeout=900, env=env)
+    with exclusive(RUNTIME / "build" / ".test-build.lock"):
+        proc = subprocess.run(["bash", str(RUNTIME / "build.sh"), *args], capture_output=True, text=True, timeout=900,
+                              env=env)
     if proc.returncode != 0:
         raise AssertionError(f"runtime/build.sh {' '.join(args)} failed:\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
@@ -75,8 +94,9 @@ def cached_bundle(name: str, **kwargs) -> Path:
     h.update(repr(sorted(kwargs.items())).encode())
     h.update(" ".join(version(p) for p in ("torch", "executorch", "torchao")).encode())
     out = CACHE / f"{name}-{h.hexdigest()[:16]}"
-    if not (out / "manifest.json").is_file():
-        write_bundle(out, **kwargs)
+    with exclusive(CACHE / f".{out.name}.lock"):  # another test process may be writing the same bundle
+        if not (out / "manifest.json").is_file():
+            write_bundle(out, **kwargs)
     return out
 
 

@@ -19,6 +19,11 @@ def quick_tiny(monkeypatch):
     small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=12, train_limit=None, priming_steps=4,
                                 prune_samples=8, profile_runs=2)
     monkeypatch.setitem(compress_config.PRESETS, "quick", small)
+    # Two sequence buckets per bundle, the budgets' 32 and the longest: each bucket is one more XNNPACK lowering
+    # (tens of seconds even for this model), and the buckets have tests of their own (tests/export).
+    from edgenlp.export import executorch as et
+
+    monkeypatch.setattr(et, "default_buckets", lambda max_seq_len: tuple(b for b in (32,) if b < max_seq_len) + (max_seq_len,))
 
 
 def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_task_dir, quick_tiny, monkeypatch, fake_calibrate):

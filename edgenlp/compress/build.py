@@ -87,15 +87,18 @@ PRUNE_REPORT_KEYS = ("method", "target_sparsity", "achieved", "dev_before", "dev
 
 def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], labels, task, prune_kwargs: Mapping[str, Any],
                     seq_len: int, seed: int, recovery: Mapping[str, Any] | None, dev_before: Mapping[str, Any] | None = None,
-                    device: str = "cpu", progress: bool = False) -> dict:
+                    device: str = "cpu", progress: bool = False, exits: Mapping[str, Any] | None = None) -> dict:
     """One candidate's pruning (and recovery distillation) as an executor task: the pruned model directory at ``out``.
 
     ``prune_kwargs`` are the prune config knobs of the measured budget;
     ``recovery`` a :class:`~edgenlp.prune.config.DistillConfig` as a dict
     (``None``: the method distils by itself, or the plan does not prune).
     ``task`` is the tuning split (its dev is the validation split), so the
-    report's ``dev_*`` are validation accuracies. Returns the report's
-    :data:`PRUNE_REPORT_KEYS` that it has.
+    report's ``dev_*`` are validation accuracies. ``exits`` (a
+    :class:`~edgenlp.dynamic.config.DynamicConfig` as a dict) gives the pruned
+    model early exits of its own, trained and calibrated as the exits stage
+    did for the unpruned one. Returns the report's :data:`PRUNE_REPORT_KEYS`
+    that it has (and ``exits``: the calibrated threshold and validation drop).
     """
     from edgenlp.models.registry import load_model
     from edgenlp.prune import prune, prune_config
@@ -111,5 +114,15 @@ def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], l
         from edgenlp.prune.recovery import recover
 
         res = recover(res, model, info, task, DistillConfig.from_dict(dict(recovery)), device=device, progress=progress)
-    res.save(dest)
-    return {k: res.report[k] for k in PRUNE_REPORT_KEYS if k in res.report}
+    out = {k: res.report[k] for k in PRUNE_REPORT_KEYS if k in res.report}
+    if exits is None:
+        res.save(dest)
+        return out
+    from edgenlp.dynamic.api import make_dynamic
+    from edgenlp.dynamic.config import DynamicConfig
+
+    dyn = make_dynamic(res.model, res.info, task, DynamicConfig.from_dict(dict(exits)), device=device)
+    dyn.save(dest)
+    chosen = dyn.report["validation"]["chosen"]
+    return {**out, "exits": {"threshold": dyn.model.spec.threshold, "validation_drop": chosen["drop"],
+                             "mean_exit_layer": chosen["mean_exit_layer"], "reach": chosen["reach"]}}

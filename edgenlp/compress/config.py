@@ -41,6 +41,20 @@ class Preset:
     # the recovery distillation (DistillConfig knobs) after a pruning that does not distil by itself (fast,
     # importance; CoFi ends with its own distilled fine-tune): part of those methods' budgets
     recovery: tuple[tuple[str, object], ...] = ()
+    # the early exits compress may add (DynamicConfig knobs; --dynamic auto): exit heads after every layer, distilled
+    # from the final classifier with the backbone frozen, the max-probability threshold calibrated on held-out rows
+    exits: tuple[tuple[str, object], ...] = ()
+
+    def exits_config(self, *, max_drop: float, seed: int = 0):
+        """The :class:`~edgenlp.dynamic.config.DynamicConfig` of the early exits ``compress`` offers the planner.
+
+        The exits may cost :data:`EXITS_SHARE_OF_DROP` of the run's ``max_drop``
+        on validation rows; the rest is left to pruning and quantization.
+        """
+        from edgenlp.dynamic.config import DynamicConfig
+
+        return DynamicConfig(exits=None, rule="maxprob", tokens="none", max_drop=round(max_drop * EXITS_SHARE_OF_DROP, 4),
+                             seed=seed, **dict(self.exits))
 
     def recovery_config(self, *, seed: int = 0):
         """The :class:`~edgenlp.prune.config.DistillConfig` ``compress`` recovers a pruned model with."""
@@ -100,18 +114,27 @@ _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs
 # rate tools/bench/recovery.py ran); the prior's rows for those methods were measured with exactly this (recovery.json).
 _RECOVERY = (("train_limit", 8000), ("epochs", 2.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
 
+# Early exits for the planner: trained on up to 4,000 (quick) / 8,000 (full) training rows, calibrated on 1,000 /
+# 2,000 rows held out of them (rows the fine-tuning did not see where there are enough), at the fine-tune's length.
+_EXITS_QUICK = (("train_limit", 4000), ("val_rows", 1000), ("max_seq_len", 64))
+_EXITS_FULL = (("train_limit", 8000), ("val_rows", 2000), ("max_seq_len", 128))
+EXITS_SHARE_OF_DROP = 0.5
+EXITS_MIN_ROWS = 50  # fewer training rows than this: no exits are offered (nothing to calibrate a threshold on)
+
 PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
                     prune_methods=("fast",), prune_samples=512, prune_epochs=None,
                     schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE),
-                    recovery=_RECOVERY),
+                    recovery=_RECOVERY, exits=_EXITS_QUICK),
     "full": Preset("full", train_limit=None, max_steps=None, priming_steps=None, finetune_seq_len=128,
                    prune_methods=("fast", "cofi"), prune_samples=2048, prune_epochs=None,
                    schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG),
-                   recovery=_RECOVERY),
+                   recovery=_RECOVERY, exits=_EXITS_FULL),
 }
 OBJECTIVES = ("latency", "accuracy", "size")  # edgenlp.targets.planner.OBJECTIVES
 AUTO = "auto"
+DYNAMIC_MODES = ("auto", "off")
+LATENCY_STATS = ("mean", "p90", "max")  # edgenlp.targets.costmodel.STATISTICS
 
 
 @dataclass(frozen=True)
@@ -185,6 +208,13 @@ class CompressConfig(Config):
     objective: str = knob("latency", choices=OBJECTIVES, help=(
         "What the plan optimizes within the budgets and --max-drop: latency (the fastest; candidates within the cost "
         "model's own error tie and the smallest wins), accuracy (the smallest predicted drop) or size."))
+    latency_stat: str | None = knob(None, choices=LATENCY_STATS, help=(
+        "The statistic over inputs the latency budget bounds (default: the target's, p90). Static bundles cost the "
+        "same on every input; with early exits mean < p90 <= max, and max is the full depth."))
+    dynamic: str = knob("auto", choices=DYNAMIC_MODES, help=(
+        "auto: train early exits on the fine-tuned model, measure how deep validation sentences run, and let the "
+        "planner offer every candidate with exits too (chosen only where the latency statistic gains within "
+        "--max-drop); off: static bundles only."))
 
     def __post_init__(self) -> None:
         for name in ("model", "task", "target"):
@@ -210,6 +240,10 @@ class CompressConfig(Config):
             raise ValueError(f"measure must be an integer in [1, {MAX_MEASURE}], got {self.measure!r}")
         if self.objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.latency_stat is not None and self.latency_stat not in LATENCY_STATS:
+            raise ValueError(f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}")
+        if self.dynamic not in DYNAMIC_MODES:
+            raise ValueError(f"dynamic must be one of {', '.join(DYNAMIC_MODES)}, got {self.dynamic!r}")
 
     @property
     def resolved_preset(self) -> Preset:

@@ -6,6 +6,8 @@ inputs and an interrupted stage leaves nothing half-written::
 
     DIR/finetune/model/         the fine-tuned model (the accuracy reference)
     DIR/baseline/profile.json   its per-component host profile (the "before")
+    DIR/exits/model/            the fine-tuned model with early exits, calibrated on held-out training rows
+                                (``--dynamic auto``): how deep those rows run prices every candidate with exits
     DIR/plan/plan.json          every candidate the planner weighed, the chosen one, the shortlist
     DIR/prune/model/            the pruned model (absent when the plan prunes nothing)
     DIR/export/bundle/          the quantized bundle (.pte and .onnx)
@@ -50,7 +52,7 @@ from edgenlp.errors import EdgeNLPError, ParityError
 
 log = logging.getLogger(__name__)
 
-STAGES = ("finetune", "baseline", "plan", "prune", "export", "measure", "verify")
+STAGES = ("finetune", "baseline", "exits", "plan", "prune", "export", "measure", "verify")
 SUMMARY_VERSION = 1
 FINAL_FILES = ("compress.json", "report.md", "candidates.png", "profile.png")
 
@@ -173,7 +175,8 @@ class Compressor:
         from edgenlp.compress.planning import resolve_budgets
 
         self.budgets = resolve_budgets(self.target, latency_ms=config.latency_ms, memory_mb=config.memory_mb,
-                                       size_mb=config.size_mb, seq_len=config.seq_len, threads=config.threads)
+                                       size_mb=config.size_mb, seq_len=config.seq_len, threads=config.threads,
+                                       latency_stat=config.latency_stat)
         from edgenlp.compress.measured import validation_rows
 
         self.val_rows = validation_rows(len(self.data.train))
@@ -240,8 +243,66 @@ class Compressor:
         inputs = {"seq_len": seq, "threads": threads, "runs": self.preset.profile_runs, "keeps_program": True}
         return self._record(self.runner.run("baseline", run, inputs=inputs, upstream=(ft,)))
 
+    # -- stage 2b: early exits, measured on training rows held out of their training (``--dynamic auto``)
+    @property
+    def exits_config(self):
+        return self.preset.exits_config(max_drop=self.config.max_drop, seed=self.config.seed)
+
+    def exits(self, ft: StageRecord) -> StageRecord:
+        """Exit heads on the fine-tuned model and the share of held-out rows that runs each layer (:class:`ExitStats`).
+
+        The planner prices every candidate with exits from these shares (its
+        latency statistic, :func:`edgenlp.targets.costmodel.exit_latency`) and
+        adds the exits' validation drop to the candidate's. Off with
+        ``--dynamic off``, and for tasks too small to calibrate a threshold on.
+        """
+        from edgenlp.compress.config import EXITS_MIN_ROWS
+
+        dcfg = self.exits_config
+        n = len(self.tuning.train)
+
+        def run(tmp: Path) -> dict:
+            if self.config.dynamic == "off":
+                return {"enabled": False, "why": "--dynamic off"}
+            if n < EXITS_MIN_ROWS:
+                return {"enabled": False, "why": f"{n} training rows: too few to calibrate an exit threshold on "
+                                                 f"(exits need {EXITS_MIN_ROWS})"}
+            import dataclasses
+
+            from edgenlp.dynamic.api import make_dynamic
+            from edgenlp.models.registry import load_model
+            from edgenlp.targets.costmodel import ExitStats
+
+            cfg = dataclasses.replace(dcfg, val_rows=min(dcfg.val_rows, n // 5))
+            model, info = load_model(ft.path / "model", labels=self.data.labels)
+            res = make_dynamic(model, info, self.tuning, cfg, device=self.device)
+            res.save(tmp / "model")
+            val = res.report["validation"]
+            chosen = val["chosen"]
+            stats = ExitStats(tuple(chosen["reach"]), float(chosen["drop"]), rule=res.model.spec.rule,
+                              threshold=float(res.model.spec.threshold),
+                              source=f"compress exits stage: {cfg.val_rows} training rows held out of the exits' training")
+            self.echo(f"[exits] {cfg.rule} at {stats.threshold:.4g}: validation sentences run {stats.mean_layers:.2f} of "
+                      f"{len(stats.reach)} layers on average, drop {stats.drop:.2f} points")
+            return {"enabled": True, "stats": stats.to_dict(), "config": cfg.to_dict(), "model": "exits/model",
+                    "relative_flops": chosen["cost"], "static_accuracy": val["static_accuracy"],
+                    "within_max_drop": chosen["within_max_drop"], "seconds": res.report.get("seconds")}
+
+        inputs = {"dynamic": self.config.dynamic, "train_rows": n}
+        if self.config.dynamic != "off" and n >= EXITS_MIN_ROWS:  # (the exits' budget follows --max-drop)
+            inputs["exits"] = dcfg.to_dict()
+        return self._record(self.runner.run("exits", run, inputs=inputs, upstream=(ft,)))
+
+    @staticmethod
+    def exit_stats(ex: StageRecord | None):
+        if ex is None or not ex.result.get("enabled"):
+            return None
+        from edgenlp.targets.costmodel import ExitStats
+
+        return ExitStats.from_dict(ex.result["stats"])
+
     # -- stage 3: plan
-    def plan(self, ft: StageRecord, attempt: int, excluded: list[dict]) -> StageRecord:
+    def plan(self, ft: StageRecord, attempt: int, excluded: list[dict], ex: StageRecord | None = None) -> StageRecord:
         from edgenlp.compress.measured import recalled
         from edgenlp.compress.planning import plan_for_compress
 
@@ -253,7 +314,7 @@ class Compressor:
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
                                     preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
                                     objective=self.config.objective, measure=self.config.measure,
-                                    measured=recalled(self.measured_key()))
+                                    measured=recalled(self.measured_key()), exit_stats=self.exit_stats(ex))
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
                     "shortlist": doc["shortlist"], "why": doc.get("why")}
@@ -267,7 +328,8 @@ class Compressor:
                   "measure": self.config.measure,
                   "prune_budgets": self.preset.prune_budget_map(),
                   "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
-        return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=(ft,)))
+        upstream = (ft,) if ex is None else (ft, ex)
+        return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=upstream))
 
     # -- candidate builds: a stage whose work is an executor task (several of them at once on a pool or Ray)
     @property
@@ -340,6 +402,8 @@ class Compressor:
                   "dev_before": ft.result.get("val") or None, "device": self.device}
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
                   "budget": self.preset.prune_budget(method), "recovery": kwargs["recovery"]}
+        if cand.get("exits"):  # the pruned model gets exits of its own, as the exits stage trained them
+            kwargs["exits"] = inputs["exits"] = self._exits_used()
         return Build(stage, inputs, (ft, plan), "model",
                      lambda dest, progress: Task(stage, prune_candidate, (str(ft.path / "model"), str(dest)),
                                                  {**kwargs, "progress": progress}),
@@ -352,9 +416,17 @@ class Compressor:
             return self._build_stage(b)
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed, "budget": None,
                   "recovery": None}
+        model = "exits/model" if cand.get("exits") else "finetune/model"  # unpruned: the exits stage's model as is
         return self._record(self.runner.run(_stage_name("prune", attempt, slot),
-                                            lambda tmp: {"identity": True, "model": "finetune/model"},
+                                            lambda tmp: {"identity": True, "model": model},
                                             inputs=inputs, upstream=(ft, plan)))
+
+    def _exits_used(self) -> dict:
+        """The exits config the exits stage trained with (what a pruned candidate with exits repeats)."""
+        rec = getattr(self, "exits_rec", None)
+        if rec is None or not rec.result.get("enabled"):
+            raise EdgeNLPError("a candidate with early exits was planned, but the exits stage did not train any")
+        return dict(rec.result["config"])
 
     def _model_path(self, pr: StageRecord) -> Path:
         """The model the prune stage hands on, relative to this run's folder (so a copied run folder stays whole)."""
@@ -494,13 +566,14 @@ class Compressor:
         self.calibrate_host()
         ft = self.finetune()
         base = self.baseline(ft)
+        self.exits_rec = exits = self.exits(ft)
         excluded: list[dict] = []
         attempts = []
         passed = None
         exhausted = None
         for attempt in range(1, self.config.max_attempts + 1):
             try:
-                plan = self.plan(ft, attempt, excluded)
+                plan = self.plan(ft, attempt, excluded, exits)
             except EdgeNLPError as exc:
                 if not attempts:  # no candidate fits at all: the planner's error names the closest point per budget
                     raise
@@ -510,13 +583,14 @@ class Compressor:
             # candidates pruned alike share one prune stage (the first slot's); with a parallel executor the
             # shortlist's prune stages, then its export stages, build at once
             firsts: dict[tuple, tuple[int, dict]] = {}
+            how = lambda c: (c.get("prune_method"), c.get("sparsity") or 0.0, bool(c.get("exits")))  # noqa: E731
             for slot, point in enumerate(shortlist, 1):
                 cand = point["candidate"]
-                firsts.setdefault((cand.get("prune_method"), cand.get("sparsity") or 0.0), (slot, cand))
+                firsts.setdefault(how(cand), (slot, cand))
             if self.parallel:
                 self.prebuild([b for slot, cand in firsts.values() if (b := self.prune_build(ft, plan, attempt, cand, slot))])
-            pruned = {how: self.prune(ft, plan, attempt, cand, slot) for how, (slot, cand) in firsts.items()}
-            prs = [pruned[(p["candidate"].get("prune_method"), p["candidate"].get("sparsity") or 0.0)] for p in shortlist]
+            pruned = {key: self.prune(ft, plan, attempt, cand, slot) for key, (slot, cand) in firsts.items()}
+            prs = [pruned[how(p["candidate"])] for p in shortlist]
             if self.parallel:
                 self.prebuild([self.export_build(pr, plan, attempt, p["candidate"], slot)
                                for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)])

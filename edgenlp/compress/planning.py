@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Mapping
 
@@ -18,10 +19,11 @@ def load_target(name_or_path: str):
     return _load(name_or_path)
 
 
-def resolve_budgets(target, *, latency_ms=None, memory_mb=None, size_mb=None, seq_len=None, threads=None):
+def resolve_budgets(target, *, latency_ms=None, memory_mb=None, size_mb=None, seq_len=None, threads=None,
+                    latency_stat=None):
     """The target's default budgets with the command line's overrides."""
     return target.budgets.override(latency_ms=latency_ms, memory_mb=memory_mb, size_mb=size_mb, seq_len=seq_len,
-                                   threads=threads)
+                                   threads=threads, latency_stat=latency_stat)
 
 
 def _bits_rank(bits) -> int:
@@ -32,7 +34,7 @@ def _bits_rank(bits) -> int:
 
 def aggressiveness(c: Mapping[str, Any]) -> tuple:
     return (float(c.get("sparsity") or 0.0), _bits_rank(c.get("bits", "fp32")), EMB_ORDER.index(c.get("embeddings"))
-            if c.get("embeddings") in EMB_ORDER else 0, int(bool(c.get("trim_vocab"))))
+            if c.get("embeddings") in EMB_ORDER else 0, int(bool(c.get("trim_vocab"))), int(bool(c.get("exits"))))
 
 
 def at_least_as_aggressive(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -80,7 +82,7 @@ def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
 
 def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, excluded: list, task,
                       max_drop: float | None = None, objective: str = "latency", measure: int = 1,
-                      measured: list[dict] | None = None) -> dict:
+                      measured: list[dict] | None = None, exit_stats=None) -> dict:
     """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate.
 
     The accuracy prior counts only rows measured at the budgets the preset
@@ -90,7 +92,9 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     the ``measure`` best fitting candidates, the chosen one first.
     ``measured`` rows (``{"candidate", "drop", "source"}``: candidates an
     earlier run built and measured for this model and task) replace the
-    prior's drop for those candidates.
+    prior's drop for those candidates. With ``exit_stats``
+    (:class:`~edgenlp.targets.costmodel.ExitStats` measured for this model),
+    every candidate is offered with early exits too.
     """
     from edgenlp.targets.planner import default_space, plan
     from edgenlp.targets.prior import AccuracyModel
@@ -104,13 +108,15 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     for m in methods:
         space += [c for c in default_space(prune_methods=(m,), schemes=preset.schemes, sparsities=acc.sparsities(m))
                   if c.prune_method == m]  # fmt: skip
+    if exit_stats is not None:
+        space += [dataclasses.replace(c, exits=True) for c in space]
     space = [c for c in space if not is_excluded(_cand(c), excluded)]
     if not space:
         from edgenlp.errors import EdgeNLPError
 
         raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
     result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name,
-                  accuracy_model=acc, objective=objective)  # fmt: skip
+                  accuracy_model=acc, objective=objective, exit_stats=exit_stats)  # fmt: skip
     def doc(point) -> dict:
         cand, pred, drop, fits = point
         return {"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
@@ -127,7 +133,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
             "why": result.choice.to_dict() if result.choice else None,
             "prior": {"budgets": preset.prune_budget_map(), "methods_offered": methods,
                       "methods_without_rows": unmeasured, "tolerance_points": round(acc.tolerance(max_drop), 4)},
-            "not_offered": len(result.not_offered)}
+            "not_offered": len(result.not_offered), "latency_stat": budgets.latency_stat,
+            "exit_stats": exit_stats.to_dict() if exit_stats is not None else None}
 
 
 def _cand(c) -> dict:

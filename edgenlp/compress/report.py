@@ -101,6 +101,7 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
         "finetune": {"method": ft.result.get("method"), "why": ft.result.get("method_why"),
                      "train_rows": ft.result.get("train_rows"), "val_rows": ft.result.get("val_rows")},
         "why": plan_doc.get("why"),
+        "exits": _exits_summary(getattr(c, "exits_rec", None), ver.get("dynamic")),
         "prior": {**(plan_doc.get("prior") or {}), "chosen": (plan_doc.get("chosen_point") or {}).get("prior")},
         "predicted": ver["checks"],
         "host_latency_ms": ver["host_latency_ms"],
@@ -143,6 +144,17 @@ def write_reports(c: "Compressor", *, ft: "StageRecord", base: "StageRecord", at
     return summary
 
 
+def _exits_summary(rec, bundle_dynamic: dict | None) -> dict | None:
+    """The exits stage's outcome (and, for a chosen bundle with exits, what verify measured on dev)."""
+    if rec is None:
+        return None
+    r = rec.result
+    out = {"enabled": bool(r.get("enabled")), "why": r.get("why"), "stats": r.get("stats")}
+    if bundle_dynamic is not None:
+        out["bundle"] = bundle_dynamic
+    return out
+
+
 def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
     cfg, t = s["config"], s["target"]
     lines = [f"# edgenlp compress: {cfg['model']} on {cfg['task']} for {t.get('name', cfg['target'])}", ""]
@@ -152,7 +164,8 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
     lines += ["## Budgets", "", "| budget | limit | predicted for the target | measured on this host | met |", "|---|---|---|---|---|"]
     p = s["predicted"]
     est = " (estimated)" if p["latency_ms"].get("estimated") else ""
-    lines.append(f"| latency (ms, seq {s['budgets']['seq_len']}, {s['budgets']['threads']} thread(s)) | {_fmt(p['latency_ms']['budget'])} | "
+    stat = s["budgets"].get("latency_stat", "p90")
+    lines.append(f"| latency (ms, {stat}, seq {s['budgets']['seq_len']}, {s['budgets']['threads']} thread(s)) | {_fmt(p['latency_ms']['budget'])} | "
                  f"{_fmt(p['latency_ms']['predicted'])}{est} | {_fmt(p['latency_ms']['host_measured'])} | {_fmt(p['latency_ms']['passed'])} |")
     lines.append(f"| peak memory (MB) | {_fmt(p['memory_mb']['budget'])} | {_fmt(p['memory_mb']['predicted'])}{est} | - | "
                  f"{_fmt(p['memory_mb']['passed'])} |")
@@ -171,6 +184,26 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
               f"{_fmt(sp.get('bundle_ms', s['host_latency_ms'].get('executorch')))} ms (speed-up "
               f"{_fmt(s['host_speedup_vs_uncompressed'])}×, {sp.get('method', 'separate measurements')}). "
               "Host times are this machine's, not the target's.", ""]
+    ex = s.get("exits") or {}
+    if ex:
+        lines += ["## Early exits (`--dynamic`)", ""]
+        if not ex.get("enabled"):
+            lines += [f"Not offered: {ex.get('why')}.", ""]
+        else:
+            st = ex["stats"]
+            lines += [f"Exit heads after every layer of the fine-tuned model, {st['rule']} threshold {_fmt(st['threshold'], 4)} "
+                      f"calibrated on held-out training rows: sentences there ran {_fmt(st['mean_layers'])} of "
+                      f"{len(st['reach'])} layers on average, at {_fmt(st['drop'])} points of validation accuracy. "
+                      f"The planner offered every candidate with these exits too, priced on the latency budget's "
+                      f"statistic ({stat}); the chosen one {'has' if s['chosen'].get('exits') else 'has no'} exits."]
+            dyn = ex.get("bundle")
+            if dyn:
+                d = dyn["dev_sentences_ms"]
+                lines += ["", f"On dev, the bundle's sentences stopped at layer {_fmt(dyn['mean_exit_layer'])} on average; timed "
+                          f"at their own lengths through the segments: mean {_fmt(d['dynamic']['mean'])} / p90 "
+                          f"{_fmt(d['dynamic']['p90'])} ms against the static methods' {_fmt(d['static']['mean'])} / "
+                          f"{_fmt(d['static']['p90'])} ms (this host)."]
+            lines.append("")
     why = s.get("why")
     if why:
         lines += ["## Why this candidate", "", why["reason"], ""]

@@ -77,6 +77,11 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
     speedup = _host_speedup(bundle, baseline_program, baseline_latency_ms, measured_ms["executorch"],
                             seq_len=budgets.seq_len, threads=threads, runs=runs)
     predicted = predict_bundle(target, bundle, seq_len=budgets.seq_len, threads=budgets.threads)
+    dynamic = None
+    if bundle.dynamic is not None:  # early exits: the latency budget's statistic at the depth dev sentences ran
+        dynamic = _exits_latency(bundle_path, dev, doc, predicted, budgets=budgets, threads=threads)
+        predicted = {**predicted, "latency_ms": dynamic["predicted_ms"], "static_latency_ms": predicted["latency_ms"]}
+        measured_ms = {**measured_ms, "executorch": dynamic["host_ms"]}
 
     acc = float(accuracy["executorch"]["accuracy"])
     drop = 100.0 * (reference_accuracy - acc)
@@ -103,6 +108,8 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
         "accuracy": {rt: {k: r[k] for k in ("accuracy", "macro_f1") if k in r} for rt, r in accuracy.items()},
         "agreement_with_executorch": agreement,
         "host_latency_ms": {rt: round(v, 3) for rt, v in measured_ms.items()},
+        "latency_stat": budgets.latency_stat,
+        "dynamic": dynamic,
         "host_speedup": speedup["speedup"],
         "host_speedup_detail": speedup,
         "parity": bundle.manifest.get("parity", {}),
@@ -112,6 +119,55 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
     atomic_write_json(out / "verify.json", result)
     log.info("verify: %s", "passed" if result["passed"] else "; ".join(failures))
     return result
+
+
+def _exits_latency(bundle_path: Path, dev, profile_doc: dict, predicted: dict, *, budgets, threads: int) -> dict:
+    """A dynamic bundle's latency statistic (``budgets.latency_stat``) at the depth dev sentences run.
+
+    The share of dev sentences that runs each layer comes from running the
+    bundle's exits over dev; the statistic then follows
+    :func:`edgenlp.targets.costmodel.exit_latency` from the static program's
+    latency at ``seq_len`` (predicted for the target, measured on this host,
+    with the measured embedding share). Also reported: every dev sentence
+    timed at its own length through the segments and through the static
+    methods of the same bundle (mean, p90, max).
+    """
+    from edgenlp.profile.timing import p90 as _p90
+    from edgenlp.run.dynamic import bundle_runner
+    from edgenlp.targets.costmodel import ExitStats, exit_latency
+
+    runner = bundle_runner(bundle_path, runtime="executorch", threads=threads)
+    try:
+        num_layers = runner.spec.num_layers
+        details = runner.predict_details(dev.texts)
+        static = runner.predict_details(dev.texts, static=True)
+    finally:
+        runner.close()
+    depth = np.array([len(d.tokens) if d.tokens else d.exit_layer for d in details])
+    stop = np.array([d.exit_layer for d in details])
+    reach = tuple(float((np.maximum(stop, 1) >= layer).mean()) for layer in range(1, num_layers + 1))
+    stats = ExitStats(reach, 0.0, source="dev sentences through the bundle's exits")
+    stat = budgets.latency_stat
+    emb_row = next((r for r in profile_doc.get("components", []) if r.get("name") == "embedding"), None)
+    host_static = float(profile_doc["total"]["latency_ms"]["executorch"])
+    host_emb = min(float(emb_row["latency_ms"]["executorch"]), host_static) if emb_row else 0.0
+    emb_share = host_emb / host_static if host_static > 0 else 0.0
+
+    def lat(values):
+        v = np.asarray(values, dtype=float)
+        return {"mean": round(float(v.mean()), 3), "p90": round(float(_p90(v)), 3), "max": round(float(v.max()), 3)}
+
+    return {
+        "statistic": stat, "reach": [round(r, 4) for r in reach], "mean_exit_layer": round(float(stop.mean()), 4),
+        "mean_layers_run": round(float(depth.mean()), 4),
+        "predicted_ms": round(exit_latency(predicted["latency_ms"], emb_share * predicted["latency_ms"], stats,
+                                           statistic=stat), 3),
+        "host_ms": round(exit_latency(host_static, host_emb, stats, statistic=stat), 3),
+        "host_static_ms": round(host_static, 3),
+        "dev_sentences_ms": {"dynamic": lat([d.latency_ms for d in details]), "static": lat([d.latency_ms for d in static])},
+        "how": f"{stat} over dev of the static program's latency at seq_len with each layer weighted by the share of dev "
+               "sentences that ran it (edgenlp.targets.costmodel.exit_latency)",
+    }
 
 
 def _host_speedup(bundle, baseline_program: tuple[Path, str] | None, baseline_ms: float, bundle_ms: float, *,

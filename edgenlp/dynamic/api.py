@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgenlp.dynamic.calibrate import all_rule_curves, choose, exit_curve, layer_flops, static_cost
+from edgenlp.dynamic.calibrate import (all_rule_curves, choose, exit_curve, exit_scores, first_exit, layer_flops,
+                                      static_cost)
 from edgenlp.dynamic.config import DynamicConfig
 from edgenlp.dynamic.model import DynamicModel, ExitHead, MaskedTrace
 from edgenlp.dynamic.spec import DynamicSpec
@@ -299,8 +300,11 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
         dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold))
     final = exit_curve(dyn.spec.rule, trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
                        static_cost=s_cost, thresholds=[dyn.spec.threshold])[0]
+    # the share of validation sentences that run each layer at the chosen threshold (the planner's expected latency)
+    stop = np.asarray(exits)[first_exit(dyn.spec.rule, exit_scores(dyn.spec.rule, trace, exits), dyn.spec.threshold)]
+    reach = [float((stop >= layer).mean()) for layer in range(1, L + 1)]
     report["validation"]["chosen"] = {**final.to_dict(), "tokens_kept": [float(x) for x in trace.tokens.mean(0)],
-                                      "within_max_drop": final.drop <= config.max_drop + 1e-9}
+                                      "reach": reach, "within_max_drop": final.drop <= config.max_drop + 1e-9}
     dyn = dyn.cpu().eval()
     for p in dyn.parameters():
         p.requires_grad_(False)

@@ -387,7 +387,9 @@ def export_bundle(
             from edgenlp.export.onnx import to_onnx
 
             log.info("exporting to ONNX")
-            res = to_onnx(fp32_model, max_seq_len=config.max_seq_len)
+            # model.onnx is the static program: the base model's graph, so its linears keep their names (the
+            # quantizer finds them by name; the segments below carry the exits)
+            res = to_onnx(fp32_model.base if dynamic else fp32_model, max_seq_len=config.max_seq_len)
             data = res.data
             stages["onnx_export"] = res.seconds
             if quant is not None:

@@ -60,7 +60,9 @@ class Candidate(Config):
     (:func:`resolve_bits`; :func:`quantize_layer_bits` gives the
     ``QuantizeConfig.layer_bits`` it means);
     ``embeddings`` None keeps the word embeddings fp32; ``trim_vocab`` drops
-    vocabulary rows the task never uses.
+    vocabulary rows the task never uses; ``exits`` adds early exits after
+    every layer (a dynamic bundle: its latency is a statistic over inputs,
+    priced from measured :class:`~edgenlp.targets.costmodel.ExitStats`).
     """
 
     prune_method: str | None = None
@@ -68,6 +70,7 @@ class Candidate(Config):
     bits: str | tuple[str, ...] = "fp32"
     embeddings: str | None = None
     trim_vocab: bool = False
+    exits: bool = False
 
     def __post_init__(self) -> None:
         if self.prune_method is not None and self.prune_method not in PRUNE_METHODS:
@@ -85,15 +88,28 @@ class Candidate(Config):
                 raise ValueError(f"per-layer bits must each be one of {PRECISIONS}, got {self.bits!r}")
         if self.embeddings not in EMBEDDINGS:
             raise ValueError(f"embeddings must be one of {EMBEDDINGS}, got {self.embeddings!r}")
-        if not isinstance(self.trim_vocab, bool):
-            raise ValueError(f"trim_vocab must be a bool, got {self.trim_vocab!r}")
+        for name in ("trim_vocab", "exits"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if not self.exits:  # a static candidate reads as it did before exits existed (plans, caches, manifests)
+            d.pop("exits", None)
+        return d
+
+    @property
+    def static(self) -> "Candidate":
+        """The same candidate without early exits."""
+        return dataclasses.replace(self, exits=False)
 
     @property
     def label(self) -> str:
         prune = f"{self.prune_method} {self.sparsity:.0%}" if self.prune_method else "unpruned"
         bits = self.bits if isinstance(self.bits, str) else "/".join(self.bits)
         emb = f", emb {self.embeddings}" if self.embeddings else ""
-        return f"{prune}, {bits}{emb}" + (", trimmed vocab" if self.trim_vocab else "")
+        return (f"{prune}, {bits}{emb}" + (", trimmed vocab" if self.trim_vocab else "")
+                + (", early exits" if self.exits else ""))
 
 
 @dataclass(frozen=True)
@@ -403,10 +419,22 @@ def rank(fitting: list[Considered], **choose_kwargs) -> list[Considered]:
     return out
 
 
+def exits_prediction(static: Prediction, stats, *, statistic: str) -> Prediction:
+    """``static`` (a static candidate's prediction) with early exits: the latency ``statistic`` over inputs
+    (:func:`~edgenlp.targets.costmodel.exit_latency` on the measured ``stats``); size and memory unchanged (the exit
+    heads are a pooler and a classifier per layer: under a percent of MiniLM's weights)."""
+    from edgenlp.targets.costmodel import exit_latency
+
+    emb = min(static.components_ms.get("embedding", 0.0), static.latency_ms)
+    ms = exit_latency(static.latency_ms, emb, stats, statistic=statistic)
+    basis = f"{static.basis}; early exits: {statistic} over the validation split (mean {stats.mean_layers:.2f} layers)"
+    return dataclasses.replace(static, latency_ms=ms, basis=basis.lstrip("; "))
+
+
 def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: AccuracyModel | None = None,
          space: SearchSpace | list[Candidate] | None = None, shape: EncoderShape | None = None, num_labels: int = 2,
          max_drop: float | None = None, task: str | None = None, objective: str = "latency",
-         latency_tolerance: float | None = None) -> Plan:  # fmt: skip
+         latency_tolerance: float | None = None, exit_stats=None) -> Plan:  # fmt: skip
     """The best candidate on ``objective`` among those that meet every budget and the accuracy bound (:func:`choose`).
 
     ``cost_model`` defaults to :meth:`CostModel.for_target`, ``accuracy_model``
@@ -422,6 +450,12 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     an interpolated or extrapolated pruning point is offered and labelled so
     (``Considered.prior``). ``task`` is recorded in the log. Raises
     :class:`BudgetError` when nothing fits.
+
+    Latency is ``budgets.latency_stat`` over inputs: a static candidate's one
+    latency, or for a candidate with ``exits`` the statistic from
+    ``exit_stats`` (:class:`~edgenlp.targets.costmodel.ExitStats`, measured
+    on a validation split; required when the space has such candidates),
+    whose ``drop`` adds to the static candidate's predicted drop.
     """
     from edgenlp.targets.costmodel import CostModel
 
@@ -439,9 +473,17 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         raise EdgeNLPError(f"{target.name} has {target.cores} cores; threads {budgets.threads} is out of range")
     if budgets.seq_len > shape.max_positions:
         raise EdgeNLPError(f"seq_len {budgets.seq_len} exceeds the model's {shape.max_positions} positions")
+    if exit_stats is None and any(c.exits for c in candidates):
+        raise ValueError("candidates with exits need exit_stats (measured on a validation split)")
+    if exit_stats is not None and len(exit_stats.reach) != shape.num_layers:
+        raise ValueError(f"exit_stats has {len(exit_stats.reach)} layers, the model {shape.num_layers}")
     considered, not_offered = [], []
     for c in candidates:
-        prior = accuracy_model.explain(c, num_layers=shape.num_layers)
+        # an exits candidate built and measured before has its own drop; otherwise its static drop plus the exits'
+        own = accuracy_model.explain(c, num_layers=shape.num_layers) if c.exits else None
+        own_measured = own is not None and own.basis == "measured" and bool(accuracy_model.measured_candidates) and \
+            accuracy_model.candidate_key(c) in accuracy_model.measured_candidates
+        prior = own if own_measured else accuracy_model.explain(c.static, num_layers=shape.num_layers)
         if prior.basis == "unmeasured":
             not_offered.append(c)
             continue
@@ -450,6 +492,10 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         pred = cost_model.predict(s, bits=bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
                                   num_labels=num_labels)  # fmt: skip
         drop = prior.drop
+        if c.exits:
+            pred = exits_prediction(pred, exit_stats, statistic=budgets.latency_stat)
+            if not own_measured:
+                drop = drop + max(0.0, float(exit_stats.drop))
         considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop), prior))
     if not_offered:
         log.info("not offered (no measured prior row): %d candidates, e.g. %s (%s)", len(not_offered), not_offered[0].label,

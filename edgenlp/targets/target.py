@@ -38,6 +38,7 @@ the shipped files carries a source comment. The schema::
     threads = 2
     memory_mb = 150.0
     size_mb = 25.0
+    latency_stat = "p90"             # optional: mean | p90 | max over inputs (dynamic bundles differ per input)
 
     [measured]                       # optional: free-form numbers measured on the device (host.toml)
 
@@ -99,6 +100,12 @@ class Budgets(Config):
     """What a compressed model may cost on a device: latency at (seq_len, threads), peak memory, bundle size.
 
     ``None`` leaves a budget open. Example: ``Budgets(latency_ms=20, memory_mb=150, size_mb=25, seq_len=128, threads=2)``.
+
+    ``latency_stat`` names the statistic the latency budget bounds over inputs
+    (``mean``, ``p90`` or ``max``; default ``p90``). A static bundle does the
+    same work on every input of ``seq_len`` tokens, so all three are its one
+    latency; a dynamic bundle (early exits) differs per input, and for ``max``
+    it costs its full depth (:mod:`edgenlp.targets.costmodel.dynamic`).
     """
 
     latency_ms: float | None = None
@@ -106,10 +113,15 @@ class Budgets(Config):
     size_mb: float | None = None
     seq_len: int = 128
     threads: int = 1
+    latency_stat: str = "p90"
 
     def __post_init__(self) -> None:
+        from edgenlp.targets.costmodel.dynamic import STATISTICS
+
         for name in ("latency_ms", "memory_mb", "size_mb"):
             _positive(name, getattr(self, name), allow_none=True)
+        if self.latency_stat not in STATISTICS:
+            raise ValueError(f"latency_stat must be one of {', '.join(STATISTICS)}, got {self.latency_stat!r}")
         for name in ("seq_len", "threads"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -244,10 +256,10 @@ _REQUIRED_TOP = ("name", "arch", "isa", "memory", "clusters", "runtime", "budget
 _SECTIONS = {
     "memory": {"total_mb": float, "bandwidth_gbps": float},
     "runtime": {"preferred": str, "backend": str, "base_memory_mb": float},
-    "budgets": {"latency_ms": float, "seq_len": int, "threads": int, "memory_mb": float, "size_mb": float},
+    "budgets": {"latency_ms": float, "seq_len": int, "threads": int, "memory_mb": float, "size_mb": float, "latency_stat": str},
     "clusters": {"name": str, "core": str, "cores": int, "freq_ghz": float, "fp32_gflops_per_core": float, "int8_gops_per_core": float},
 }
-_OPTIONAL = {"budgets": {"latency_ms", "memory_mb", "size_mb"}}
+_OPTIONAL = {"budgets": {"latency_ms", "memory_mb", "size_mb", "latency_stat"}}
 
 
 def _typed(path: Path, where: str, value, kind: type):
@@ -308,6 +320,8 @@ def parse_target(path: str | Path) -> Target:
         fields = _section(path, where, c, _SECTIONS["clusters"])
         clusters.append(_build(path, where, Cluster, fields))
     measured = tuple((k, float(_typed(path, f"measured.{k}", v, float))) for k, v in data.get("measured", {}).items())
+    if bud["latency_stat"] is None:  # optional; Budgets' default
+        del bud["latency_stat"]
     budgets = _build(path, "budgets", Budgets, bud)
     return _build(path, "", Target, dict(
         name=data["name"], description=data.get("description", ""), arch=arch, qemu_cpu=data.get("qemu_cpu", ""),

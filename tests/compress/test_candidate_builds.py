@@ -151,7 +151,7 @@ def test_a_candidate_that_fails_its_parity_check_is_reported_and_the_others_are_
 
         plan = SimpleNamespace(result={"chosen": shortlist[0], "shortlist": [{"candidate": x} for x in shortlist]})
         for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
-                         "baseline": lambda ft: "base", "plan": lambda *a: plan, "prune": lambda *a: "pr", "export": export,
+                         "baseline": lambda ft: "base", "exits": lambda ft: None, "plan": lambda *a: plan, "prune": lambda *a: "pr", "export": export,
                          "measure": measure,
                          "verify": lambda *a: SimpleNamespace(result={"passed": True, "failures": []})}.items():
             monkeypatch.setattr(c, name, fn)

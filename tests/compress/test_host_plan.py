@@ -89,7 +89,7 @@ def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_p
     seen: list[list] = []
     chosen = [cand(bits="int4", emb="int8"), cand(bits="int8", emb="int8")]
 
-    def plan(ft, attempt, excluded):
+    def plan(ft, attempt, excluded, ex=None):
         seen.append(list(excluded))
         return SimpleNamespace(result={"chosen": chosen[attempt - 1]})
 
@@ -106,7 +106,7 @@ def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_p
         return lambda *a: order.append(name) or fn(*a)
 
     for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
-                     "baseline": lambda ft: "base", "plan": plan, "prune": lambda *a: "pr", "export": lambda *a: "ex",
+                     "baseline": lambda ft: "base", "exits": lambda ft: None, "plan": plan, "prune": lambda *a: "pr", "export": lambda *a: "ex",
                      "measure": lambda ft, plan, built, attempt, not_built=None: SimpleNamespace(result={
                          "chosen_index": 0, "why": "the plan's #1", "rows": [{"candidate": built[0][0]["candidate"], "meets": True}]}),
                      "verify": lambda *a: next(verdicts)}.items():  # fmt: skip

@@ -57,7 +57,7 @@ def test_planner_running_out_after_a_failed_attempt_still_writes_the_reports(mon
     c.config, c.out, c.echo = CompressConfig(max_attempts=3), tmp_path, lambda msg: None
     planned: list[int] = []
 
-    def plan(ft, attempt, excluded):
+    def plan(ft, attempt, excluded, ex=None):
         planned.append(attempt)
         if attempt > 1:
             assert excluded == [{"at_most": cand(0.5, "int8")}]
@@ -68,7 +68,7 @@ def test_planner_running_out_after_a_failed_attempt_still_writes_the_reports(mon
     measured = SimpleNamespace(result={"chosen_index": 0, "why": "the plan's #1", "rows": [{"candidate": cand(0.5, "int8"),
                                                                                            "meets": True}]})
     for name, fn in {"clear_final_outputs": lambda: None, "calibrate_host": lambda: None, "finetune": lambda: "ft",
-                     "baseline": lambda ft: "base", "plan": plan, "measure": lambda *a: measured,
+                     "baseline": lambda ft: "base", "exits": lambda ft: None, "plan": plan, "measure": lambda *a: measured,
                      "prune": lambda *a: "pr", "export": lambda *a: "ex", "verify": lambda *a: verify}.items():
         monkeypatch.setattr(c, name, fn)
     reported = {}

@@ -68,7 +68,8 @@ the way to import them:
 
 from __future__ import annotations
 
-from edgenlp.targets.costmodel.dynamic import STATISTICS, SegmentStats, expected_latency, segment_stats_from_profile
+from edgenlp.targets.costmodel.dynamic import (STATISTICS, ExitStats, SegmentStats, exit_latency, expected_latency,
+                                              segment_stats_from_profile)
 from edgenlp.targets.costmodel.features import (COMPONENT_FEATURES, FEATURE_KIND, INT4_GROUP, LINEAR_COMPONENTS, MINILM_L6, MIXED, Bits,
                                                 bundle_precision, dominant, features, layer_bits, peak_memory_bytes, resolve_mixed,
                                                 size_bytes, weight_bytes)  # fmt: skip
@@ -85,4 +86,5 @@ __all__ = [
     "features", "fit_coefficients", "host_table_file",
     "host_table_path", "key_digest", "layer_bits", "load_host_table", "load_reference_table", "peak_memory_bytes", "reference_table_path", "resolve_mixed",
     "size_bytes", "weight_bytes", "STATISTICS", "SegmentStats", "expected_latency", "segment_stats_from_profile",
+    "ExitStats", "exit_latency",
 ]  # fmt: skip

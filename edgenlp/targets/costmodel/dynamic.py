@@ -110,3 +110,74 @@ def segment_stats_from_profile(section: dict, runtime: str | None = None) -> lis
     return [SegmentStats(float(s["reach"]), float(s["mean_tokens"] or 1.0),
                          float(s["p90_tokens"]) if s.get("p90_tokens") is not None else None)
             for s in runs[runtime]["segments"]]
+
+
+# What one more segment costs beyond its layer's work (the method call, the exit head, the hand-over of the hidden
+# states), as a share of one layer: measured, not assumed. tools/bench/results/dynamic.json, SST-2 fp32 MiniLM-L6
+# (ExecuTorch, 1 thread): static 29.96 ms; with exits 28.98 ms at 0.90x the static FLOPs and a mean exit layer of
+# 5.41, so 28.98 - 0.90 * 29.96 = 2.0 ms over 5.41 segments of ~5.0 ms of layer each: 0.075 of a layer per segment.
+SEGMENT_OVERHEAD = 0.075
+
+
+@dataclass(frozen=True)
+class ExitStats:
+    """How far sentences run through a model with early exits, measured on a validation split.
+
+    ``reach[l - 1]`` is the share of sentences that run layer ``l`` (1 for the
+    first layer; it cannot grow with depth); ``drop`` the validation accuracy
+    points the exits cost at the calibrated threshold; ``rule`` and
+    ``threshold`` what was calibrated; ``source`` where the numbers come from.
+    """
+
+    reach: tuple[float, ...]
+    drop: float
+    rule: str = "maxprob"
+    threshold: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        reach = tuple(float(r) for r in self.reach)
+        object.__setattr__(self, "reach", reach)
+        if not reach:
+            raise ValueError("reach must list one share per layer")
+        for r in reach:
+            if not 0.0 <= r <= 1.0:
+                raise ValueError(f"reach must hold shares in [0, 1], got {r!r}")
+        if abs(reach[0] - 1.0) > 1e-9:
+            raise ValueError(f"every sentence runs the first layer: reach[0] must be 1, got {reach[0]}")
+        for k in range(1, len(reach)):
+            if reach[k] > reach[k - 1] + 1e-9:
+                raise ValueError(f"reach cannot grow with depth: layer {k + 1} {reach[k]} > layer {k} {reach[k - 1]}")
+        if not isinstance(self.drop, (int, float)) or not math.isfinite(self.drop):
+            raise ValueError(f"drop must be a finite number of points, got {self.drop!r}")
+
+    @property
+    def mean_layers(self) -> float:
+        """Layers a sentence runs on average."""
+        return float(sum(self.reach))
+
+    def to_dict(self) -> dict:
+        return {"reach": [round(r, 6) for r in self.reach], "drop": round(float(self.drop), 4), "rule": self.rule,
+                "threshold": self.threshold, "source": self.source, "mean_layers": round(self.mean_layers, 4)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ExitStats":
+        return cls(tuple(d["reach"]), float(d["drop"]), d.get("rule", "maxprob"), d.get("threshold"), d.get("source", ""))
+
+
+def exit_latency(static_ms: float, embedding_ms: float, stats: ExitStats, *, statistic: str) -> float:
+    """The latency ``statistic`` of a model with early exits whose static program takes ``static_ms``.
+
+    The embedding (``embedding_ms``) runs for every sentence; the rest of the
+    static latency is split evenly over the layers, and layer ``l`` runs for
+    ``reach[l - 1]`` of the sentences at its cost plus :data:`SEGMENT_OVERHEAD`
+    (:func:`expected_latency` on one segment per layer; every segment at the
+    full token count: exits cut depth, not length). ``max`` is the full depth
+    with every overhead, so a latency budget on ``max`` never gains from exits.
+    """
+    if static_ms <= 0 or embedding_ms < 0 or embedding_ms > static_ms:
+        raise ValueError(f"need 0 <= embedding_ms ({embedding_ms}) <= static_ms ({static_ms}) and static_ms > 0")
+    per_layer = (static_ms - embedding_ms) / len(stats.reach)
+    segments = [SegmentStats(1.0, 1.0)] + [SegmentStats(r, 1.0) for r in stats.reach]
+    return expected_latency(segments, lambda k, n: (embedding_ms if k == 0 else per_layer * (1.0 + SEGMENT_OVERHEAD)) * n,
+                            statistic=statistic, full_tokens=1.0)

@@ -1,0 +1,62 @@
+"""``compress --dynamic``: the exits stage measures how deep held-out rows run, the plan prices exits from it, builds get exits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from edgenlp.compress import config as compress_config
+from edgenlp.compress.config import CompressConfig
+
+
+@pytest.fixture
+def quick_tiny(monkeypatch):
+    """The quick preset scaled to an 80-row task: a short fine-tune, exits on 60 rows calibrated on 16."""
+    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=30, train_limit=None, priming_steps=5,
+                                prune_samples=8, profile_runs=2,
+                                recovery=(("train_limit", 64), ("epochs", 1.0), ("max_steps", 2), ("max_seq_len", 32)),
+                                exits=(("train_limit", 60), ("val_rows", 16), ("max_seq_len", 32)))
+    monkeypatch.setitem(compress_config.PRESETS, "quick", small)
+
+
+def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn_task_dir, quick_tiny):
+    from edgenlp.compress.pipeline import Compressor
+    from edgenlp.dynamic.api import is_dynamic_dir
+    from edgenlp.targets.costmodel import ExitStats
+
+    cfg = CompressConfig(model=str(tiny_model_dir), task=str(dyn_task_dir), target="pixel-7", seq_len=32,
+                         latency_stat="mean", max_drop=50.0)
+    run = Compressor(cfg, tmp_path / "run", data_dir=None, device="cpu", progress=False, echo=None)
+    assert run.budgets.latency_stat == "mean"
+    ft = run.finetune()
+    run.exits_rec = ex = run.exits(ft)
+    assert ex.result["enabled"], ex.result
+    stats = ExitStats.from_dict(ex.result["stats"])  # valid shares: 1 for the first layer, never growing
+    assert len(stats.reach) == 2 and is_dynamic_dir(tmp_path / "run" / "exits" / "model")
+    assert ex.result["config"]["val_rows"] == min(16, len(run.tuning.train) // 5) and ex.result["config"]["max_drop"] == pytest.approx(25.0)
+
+    plan = run.plan(ft, 1, [], ex)
+    doc = json.loads((plan.path / "plan.json").read_text())
+    assert doc["exit_stats"] == ex.result["stats"] and doc["latency_stat"] == "mean"
+    static = [c for c in doc["considered"] if not c["candidate"].get("exits")]
+    assert len(doc["considered"]) == 2 * len(static)
+
+    # unpruned with exits: the exits stage's model as is; pruned with exits: exits of its own on the pruned model
+    unpruned = run.prune(ft, plan, 1, {"prune_method": None, "sparsity": 0.0, "bits": "int8", "embeddings": None,
+                                       "trim_vocab": False, "exits": True})
+    assert unpruned.result["identity"] and unpruned.result["model"] == "exits/model"
+    pruned = run.prune(ft, plan, 1, {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": None,
+                                     "trim_vocab": False, "exits": True}, slot=2)
+    assert is_dynamic_dir(run._model_path(pruned)) and pruned.result["exits"]["reach"][0] == 1.0
+    static_pruned = run.prune(ft, plan, 1, {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": None,
+                                            "trim_vocab": False}, slot=3)
+    assert not is_dynamic_dir(run._model_path(static_pruned))
+
+    # --dynamic off: no exits, and the record says why
+    off = Compressor(dataclasses.replace(cfg, dynamic="off"), tmp_path / "run-off", data_dir=None, device="cpu",
+                     progress=False, echo=None)
+    ex_off = off.exits(ft)
+    assert not ex_off.result["enabled"] and "--dynamic off" in ex_off.result["why"]
+    assert off.exit_stats(ex_off) is None

@@ -1,0 +1,120 @@
+"""Early exits in the planner: the latency statistic a budget names, exits priced from measured reach, the contract."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from edgenlp.targets import load_target
+from edgenlp.targets.costmodel import MINILM_L6, ExitStats, exit_latency
+from edgenlp.targets.costmodel.dynamic import SEGMENT_OVERHEAD
+from edgenlp.targets.target import Budgets
+
+# Sentences that mostly stop after the first two layers (as an easy task's would).
+SHALLOW = ExitStats((1.0, 0.4, 0.05, 0.05, 0.05, 0.05), drop=0.2, threshold=0.9)
+
+
+class _Task:
+    name = "sst2"
+
+
+def test_exit_latency_matches_a_hand_computation():
+    stats = ExitStats((1.0, 0.5), drop=0.0)
+    layer = (30.0 - 2.0) / 2 * (1 + SEGMENT_OVERHEAD)  # each of the 2 layers, with its segment's overhead
+    assert exit_latency(30.0, 2.0, stats, statistic="mean") == pytest.approx(2.0 + layer * 1.0 + layer * 0.5)
+    # p90: every segment that at least 10% of sentences reach runs in full; max: the full depth
+    assert exit_latency(30.0, 2.0, stats, statistic="p90") == pytest.approx(2.0 + 2 * layer)
+    assert exit_latency(30.0, 2.0, stats, statistic="max") == pytest.approx(2.0 + 2 * layer)
+    assert exit_latency(30.0, 2.0, ExitStats((1.0, 0.05), 0.0), statistic="p90") == pytest.approx(2.0 + layer)
+
+
+@pytest.mark.parametrize("reach, message", [((0.9, 0.5), "reach\\[0\\] must be 1"), ((1.0, 0.2, 0.4), "cannot grow"),
+                                            ((1.0, 1.5), "in \\[0, 1\\]"), ((), "one share per layer")])
+def test_exit_stats_are_checked(reach, message):
+    with pytest.raises(ValueError, match=message):
+        ExitStats(reach, drop=0.0)
+
+
+def test_budgets_name_their_latency_statistic():
+    assert Budgets().latency_stat == "p90" and load_target("pixel-7").budgets.latency_stat == "p90"
+    with pytest.raises(ValueError, match="latency_stat must be one of mean, p90, max"):
+        Budgets(latency_stat="p50")
+
+
+def test_a_target_file_may_set_the_statistic_and_a_bad_one_names_the_field(tmp_path):
+    from edgenlp.targets.target import TargetError, parse_target
+
+    src = load_target("pixel-7").source
+    text = open(src).read()
+    good = tmp_path / "t.toml"
+    good.write_text(text.replace("[budgets]", '[budgets]\nlatency_stat = "mean"', 1))
+    assert parse_target(good).budgets.latency_stat == "mean"
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("[budgets]", '[budgets]\nlatency_stat = "median"', 1))
+    with pytest.raises(TargetError, match="latency_stat"):
+        parse_target(bad)
+
+
+def _plan(stat: str, stats=SHALLOW, excluded=()):
+    from edgenlp.compress.config import PRESETS
+    from edgenlp.compress.planning import plan_for_compress
+
+    target = load_target("pixel-7")
+    budgets = dataclasses.replace(target.budgets, latency_stat=stat)
+    return plan_for_compress(target, budgets, shape=MINILM_L6, num_labels=2, preset=PRESETS["quick"], excluded=list(excluded),
+                             task=_Task, max_drop=1.0, exit_stats=stats)
+
+
+def test_exits_win_on_the_mean_never_on_the_max():
+    mean, worst = _plan("mean"), _plan("max")
+    assert mean["chosen"].get("exits") is True and mean["latency_stat"] == "mean"
+    assert "exits" not in worst["chosen"]  # at full depth exits only add their heads and calls
+    # every candidate is offered static and with exits; an exits candidate carries the exits' validation drop
+    static = [c for c in mean["considered"] if not c["candidate"].get("exits")]
+    assert len(mean["considered"]) == 2 * len(static)
+    twin = next(c for c in mean["considered"] if c["candidate"] == {**mean["chosen"], "exits": True})
+    alone = next(c for c in mean["considered"] if c["candidate"] == {k: v for k, v in mean["chosen"].items() if k != "exits"})
+    assert twin["predicted_drop"] == pytest.approx(alone["predicted_drop"] + SHALLOW.drop)
+    assert twin["predicted_latency_ms"] < alone["predicted_latency_ms"]
+    assert mean["exit_stats"]["reach"] == list(SHALLOW.reach)
+
+
+def test_without_exit_stats_no_candidate_has_exits():
+    doc = _plan("mean", stats=None)
+    assert not any(c["candidate"].get("exits") for c in doc["considered"]) and doc["exit_stats"] is None
+
+
+def test_an_accuracy_miss_with_exits_does_not_rule_out_the_same_candidate_without():
+    from edgenlp.compress.planning import exclusions_after
+
+    first = _plan("mean")
+    chosen = first["chosen"]
+    again = _plan("mean", excluded=exclusions_after(chosen, "accuracy"))
+    labels = [c["candidate"] for c in again["considered"]]
+    assert chosen not in labels and {k: v for k, v in chosen.items() if k != "exits"} in labels
+
+
+def test_a_static_candidate_reads_as_before():
+    from edgenlp.targets.planner import Candidate
+
+    c = Candidate(prune_method="fast", sparsity=0.5, bits="int8")
+    assert "exits" not in c.to_dict() and Candidate.from_dict(c.to_dict()) == c
+    e = dataclasses.replace(c, exits=True)
+    assert e.to_dict()["exits"] is True and Candidate.from_dict(e.to_dict()) == e and e.static == c
+    assert e.label.endswith("early exits")
+
+
+def test_compress_options_are_checked():
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+    from edgenlp.compress.config import CompressConfig
+
+    with pytest.raises(ValueError, match="dynamic must be one of auto, off"):
+        CompressConfig(dynamic="on")
+    with pytest.raises(ValueError, match="latency_stat must be one of"):
+        CompressConfig(latency_stat="p50")
+    for args in (["--dynamic", "maybe"], ["--latency-stat", "median"]):
+        r = CliRunner().invoke(main, ["compress", *args, "--out", "/tmp/never-written-dynamic"])
+        assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, r.output

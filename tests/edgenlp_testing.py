@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import os
 from pathlib import Path
 
 TINY = dict(num_layers=2, hidden=64, num_heads=4, ffn=128, max_positions=64)
@@ -85,14 +87,41 @@ def synthetic_sentiment(folder: Path, *, rows: int = 80, seed: int = 0) -> Path:
 # tests/conftest.py's fixtures and runtime/tests (the qemu cross tests) ask for the same tiny dynamic bundle; a
 # fixture of one conftest is invisible to the other, so both call these, which build each artifact once per
 # pytest session (keyed by the session's base temp dir) in whichever directory asks first.
+# Under pytest-xdist each worker is its own session: the first worker to ask builds the artifact, the others wait on
+# a file lock in the folder the workers' base temp dirs share, then read its path from there.
 _SESSION: dict[tuple[str, str], Path] = {}
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _once(tmp_path_factory, name: str, build) -> Path:
     key = (str(tmp_path_factory.getbasetemp()), name)
-    if key not in _SESSION:
+    if key in _SESSION:
+        return _SESSION[key]
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         _SESSION[key] = build()
-    return _SESSION[key]
+        return _SESSION[key]
+    shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, holding every worker's popen-gwK/
+    record = shared / f"session-{name}.path"
+    with _locked(shared / f".session-{name}.lock"):
+        path = Path(record.read_text()) if record.is_file() else None
+        if path is None or not path.exists():
+            path = Path(build())
+            tmp = record.with_suffix(".tmp")
+            tmp.write_text(str(path))
+            os.replace(tmp, record)
+    _SESSION[key] = path
+    return path
 
 
 def export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) -> Path:

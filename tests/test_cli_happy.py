@@ -157,6 +157,7 @@ def test_quantize_mixed_trim_vocab_max_drop_size_mb(tiny_model_dir, word_task, t
 # --------------------------------------------------------------------------- targets calibrate
 
 
+@pytest.mark.slow  # minutes of real ExecuTorch programs; tests/targets/test_costmodel.py measures a grid in CI
 def test_targets_calibrate_host_on_a_tiny_grid(tmp_path, monkeypatch):
     """`targets calibrate host` end to end on two tiny shapes; `targets show host` then uses this machine's table."""
     from edgenlp.models.encoder import EncoderShape

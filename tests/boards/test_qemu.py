@@ -19,7 +19,9 @@ from profile_testing import check_attribution, check_document, recorded_measurem
 
 pytestmark = pytest.mark.cross
 
-CPUS = ["cortex-a53", "cortex-a76", "max"]
+# The board path (deploy, profile, eval) is the same on every CPU model: CI runs one, -m slow the others
+# (runtime/tests/test_cross.py covers the kernels on each).
+CPUS = ["cortex-a53", pytest.param("cortex-a76", marks=pytest.mark.slow), pytest.param("max", marks=pytest.mark.slow)]
 
 
 def check_profile(doc: dict, rt: str, measured: list) -> None:

@@ -265,6 +265,7 @@ def boundary_task(tmp_path_factory):
     return load_task(write_task_dir(tmp_path_factory.mktemp("boundary"), train=rows, dev=rows))
 
 
+@pytest.mark.slow  # several full int4 exports; the guard's refusal paths below run in CI
 def test_guard_raises_precision_until_the_drop_limit_holds(boundary_task, tmp_path):
     from edgenlp.compress.guard import quantize_bundle
 

@@ -240,6 +240,8 @@ def candidate_text(chosen: dict) -> str:
         out.append(f"{chosen['embeddings']} word embeddings")
     if chosen.get("trim_vocab"):
         out.append("trimmed vocabulary")
+    if chosen.get("exits"):
+        out.append("early exits")
     prune = f"`{chosen['prune_method']}` {chosen['sparsity']:.0%}" if chosen.get("prune_method") else "no pruning"
     return " + ".join(out) + f", {prune}"
 
@@ -252,6 +254,8 @@ def chosen_label(chosen: dict) -> str:
         parts.append(f"{chosen['embeddings']} table")
     if chosen.get("trim_vocab"):
         parts.append("trimmed vocabulary")
+    if chosen.get("exits"):
+        parts.append("early exits")
     return " + ".join(parts)
 
 

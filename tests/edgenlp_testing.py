@@ -93,9 +93,11 @@ _SESSION: dict[tuple[str, str], Path] = {}
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def exclusive(path: Path):
+    """Hold an exclusive lock on ``path`` (created): test processes (pytest-xdist workers) take turns."""
     import fcntl
 
+    path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
@@ -113,7 +115,7 @@ def _once(tmp_path_factory, name: str, build) -> Path:
         return _SESSION[key]
     shared = tmp_path_factory.getbasetemp().parent  # pytest-N/, holding every worker's popen-gwK/
     record = shared / f"session-{name}.path"
-    with _locked(shared / f".session-{name}.lock"):
+    with exclusive(shared / f".session-{name}.lock"):
         path = Path(record.read_text()) if record.is_file() else None
         if path is None or not path.exists():
             path = Path(build())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -17,6 +15,7 @@ RUNTIME = Path(__file__).resolve().parents[1]
 REPO = RUNTIME.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from edgenlp_testing import exclusive  # noqa: E402  (tests/ is on pytest's pythonpath too)
 from make_test_bundle import MINILM_VOCAB, write_bundle  # noqa: E402
 
 HOST_BUILD = RUNTIME / "build" / "x86_64"
@@ -32,18 +31,6 @@ SENTENCES = [
     "It's not THAT bad... is it?!",
     "word " * 40,
 ]
-
-
-@contextlib.contextmanager
-def exclusive(path: Path):
-    """Hold an exclusive lock on ``path`` (created): test processes (pytest-xdist workers) take turns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def build(*args: str) -> Path:

@@ -57,7 +57,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory, tiny_model_dir, tiny_task_dir) -> Path:
-    return export_tiny(tmp_path_factory, tiny_model_dir, tiny_task_dir, "tiny")
+    """The tiny model exported for the tiny task (both formats, buckets 8/16/32), built once for all test processes."""
+    return _once(tmp_path_factory, "tiny", lambda: export_tiny(tmp_path_factory, tiny_model_dir, tiny_task_dir, "tiny"))
 
 
 # --------------------------------------------------------------------------- dynamic models and bundles

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgenlp_testing import tiny_model, write_task_dir
+from edgenlp_testing import _once, tiny_model, write_task_dir
 from edgenlp.bundle import Bundle, finalize_manifest
 from edgenlp.errors import BundleError, EdgeNLPError
 from edgenlp.export.api import ExportConfig, export_bundle
@@ -112,11 +112,14 @@ def task(tmp_path_factory):
 @pytest.fixture(scope="module")
 def int8_bundle(tmp_path_factory, task):
     """int8 linears + int8 embeddings, ExecuTorch and ONNX."""
-    model, info = tiny_model()
-    out = tmp_path_factory.mktemp("q") / "int8"
-    cfg = ExportConfig(max_seq_len=32, buckets=(16, 32), parity_samples=8)
-    export_bundle(*quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8")), out, task=task, config=cfg)
-    return out
+    def build():
+        model, info = tiny_model()
+        out = tmp_path_factory.mktemp("q") / "int8"
+        cfg = ExportConfig(max_seq_len=32, buckets=(16, 32), parity_samples=8)
+        export_bundle(*quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8")), out, task=task, config=cfg)
+        return out
+
+    return _once(tmp_path_factory, "quantize-int8", build)
 
 
 MIXED_BITS = (("layers.0.query", 32), ("layers.0.ffn_in", 4), ("layers.1.ffn_out", 4), ("classifier", 32))
@@ -125,11 +128,14 @@ MIXED_BITS = (("layers.0.query", 32), ("layers.0.ffn_in", 4), ("layers.1.ffn_out
 @pytest.fixture(scope="module")
 def mixed_trimmed_bundle(tmp_path_factory, task):
     """Mixed per-layer bits (32/8/4), int4 embeddings, trimmed vocabulary; ExecuTorch only."""
-    model, info = tiny_model()
-    out = tmp_path_factory.mktemp("q") / "mixed"
-    qcfg = QuantizeConfig(scheme="mixed", layer_bits=MIXED_BITS, embeddings="int4", trim_vocab=True)
-    export_bundle(*quantize_model(model, info, qcfg, task=task), out, task=task, config=EXPORT)
-    return out
+    def build():
+        model, info = tiny_model()
+        out = tmp_path_factory.mktemp("q") / "mixed"
+        qcfg = QuantizeConfig(scheme="mixed", layer_bits=MIXED_BITS, embeddings="int4", trim_vocab=True)
+        export_bundle(*quantize_model(model, info, qcfg, task=task), out, task=task, config=EXPORT)
+        return out
+
+    return _once(tmp_path_factory, "quantize-mixed", build)
 
 
 def test_int8_every_linear_is_a_quantized_delegated_op_in_one_call(int8_bundle):

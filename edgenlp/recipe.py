@@ -7,7 +7,7 @@ Every step that changes a model (``finetune``, ``prune``, ``distill``,
 listed in one place, :data:`STEP_CONFIGS` (imported on first use); a plugin
 adds its own with :func:`register_step`::
 
-    register_step("sparsify", SparsifyConfig)
+    register_step("my-step", MyStepConfig)
 
 A step's config is an instance of the registered class or of a subclass (the
 ``prune`` step takes :class:`~edgenlp.prune.config.CofiConfig`,
@@ -56,6 +56,7 @@ STEP_CONFIGS: dict[str, str] = {
     "export": "edgenlp.export.api:ExportConfig",
     "prune": "edgenlp.prune.config:PruneConfig",
     "distill": "edgenlp.prune.config:DistillConfig",
+    "sparsify": "edgenlp.prune.config:SparsifyConfig",
     "quantize": "edgenlp.quantize.config:QuantizeConfig",
     "dynamic": "edgenlp.dynamic.config:DynamicConfig",
 }

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "finetune": ("edgenlp.cli.finetune", "finetune_cmd", "Fine-tune cheaply: Learners with priming, FAR, or a baseline."),
     "prune": ("edgenlp.cli.prune", "prune_cmd", "Structured pruning (CoFi, fast post-training, importance) to a smaller model."),
     "distill": ("edgenlp.cli.distill", "distill_cmd", "Recovery distillation of a pruned model from its teacher."),
+    "sparsify": ("edgenlp.cli.sparsify", "sparsify_cmd", "Block sparsity (gradual magnitude pruning under distillation)."),
     "dynamic": ("edgenlp.cli.dynamic", "dynamic_cmd", "Early exits and learned token pruning for a fine-tuned model."),
     "tokenize": ("edgenlp.cli.tokenize", "tokenize_cmd", "Print token ids of texts (native or Hugging Face tokenizer)."),
     "targets": ("edgenlp.cli.targets", "targets_cmd", "Device targets: list, show, calibrate the cost model."),

@@ -22,6 +22,7 @@ from edgenlp.config import Config, knob
 from edgenlp.errors import EdgeNLPError, ParityError
 from edgenlp.bundle import FORMAT, FORMAT_VERSION, FORMATS, VOCAB_MAP_FILE, Bundle, VocabMap, finalize_manifest
 from edgenlp.recipe import FP32_PARITY, Step, parity_policy, recipe_to_list
+from edgenlp.sparse.convert import sparse_plan, to_sparse_ops
 from edgenlp.utils import atomic_dir, environment
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,17 @@ def _onnx_word_table(data: bytes, model, quant) -> bytes:
                                bits=8 if quant.config.embeddings == "int8" else 4)
 
 
+def _sparse_entry(plan, ops: Mapping[str, dict] | None, formats) -> dict:
+    """The manifest's ``sparse`` key: the block pattern and which linears run edgenlp's sparse ops in model.pte."""
+    ops = dict(ops or {})
+    used = sorted({r["op"] for r in ops.values() if r.get("op")})
+    return {"block": plan.block, "linears": ops, "ops": used,
+            # the runtimes load libedgenlp_ops.so (runtime/ops) for these; libedgenlp links it
+            "ops_library": "libedgenlp_ops.so" if used else None,
+            **({"onnx": "dense: ONNX Runtime has no block-sparse kernel, model.onnx holds the zeros densely"}
+               if "onnx" in formats else {})}
+
+
 def export_bundle(
     model,
     info,
@@ -356,6 +368,8 @@ def export_bundle(
     if dynamic and quant is not None:
         fp32_model = model.with_base(quant.source)
     policy = parity_policy(steps)
+    plan = None if dynamic else sparse_plan(steps)
+    sparse_ops: dict[str, dict] | None = None
     pool = list(sample_texts or (task.dev.texts[:PARITY_POOL] if task else FALLBACK_SENTENCES))
     buckets = config.resolved_buckets if "pte" in config.formats else (config.max_seq_len,)
     texts = parity_texts(pool, tokenizer, buckets=buckets, samples=config.parity_samples)
@@ -373,13 +387,18 @@ def export_bundle(
                 dpte = seg.to_pte_dynamic(model, buckets=config.resolved_buckets, processes=config.lower_processes)
                 res = dpte.static
             else:
-                res = to_pte(model, buckets=config.resolved_buckets, processes=config.lower_processes)
+                pte_model = model
+                if plan is not None:  # block-sparse linears run edgenlp's sparse ops (edgenlp.sparse)
+                    pte_model, sparse_ops = to_sparse_ops(model, plan)
+                res = to_pte(pte_model, buckets=config.resolved_buckets, processes=config.lower_processes)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds
             stages.update({f"pte_{k}": v for k, v in res.stages.items()})
             if quant is not None:
-                wrong = check_lowered_linears(artifacts["pte"]["methods"], quant.bits)
+                swapped = {n for n, r in (sparse_ops or {}).items() if r.get("op")}
+                wrong = check_lowered_linears(artifacts["pte"]["methods"],
+                                              {n: b for n, b in quant.bits.items() if n not in swapped})
                 if wrong:
                     raise ParityError(f"export: the lowered program does not hold the quantized linears ({wrong[0]}); "
                                       f"nothing written to {out_dir}")
@@ -436,6 +455,7 @@ def export_bundle(
             "applied": recipe_to_list((*steps, Step("export", config))),
             **({"quantization": _quantization_entry(quant)} if quant is not None else {}),
             **({"dynamic": seg.manifest_entry(model, buckets=config.resolved_buckets, pte=dpte, onnx=donnx)} if dynamic else {}),
+            **({"sparse": _sparse_entry(plan, sparse_ops, config.formats)} if plan is not None else {}),
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()},
                        "environment": environment()},

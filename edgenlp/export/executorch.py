@@ -33,6 +33,8 @@ NOT_DELEGATED_REASONS = {
     "aten._to_copy.default": "dtype conversion: XNNPACK converts no dtypes",
     "quantized_decomposed.embedding_byte.default": "int8 word-embedding gather (ExecuTorch quantized kernel): XNNPACK has no gather op",
     "quantized_decomposed.embedding_4bit.default": "int4 word-embedding gather (ExecuTorch quantized kernel): XNNPACK has no gather op",
+    "edgenlp.sparse_linear.default": "block-sparse fp32 linear: edgenlp's kernel (libedgenlp_ops.so), faster than a dense GEMM at this sparsity",
+    "edgenlp.sparse_linear_qd8.default": "block-sparse int8 linear: edgenlp's kernel (libedgenlp_ops.so), faster than a dense GEMM at this sparsity",
 }
 
 

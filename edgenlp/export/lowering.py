@@ -308,6 +308,9 @@ def _serve(idle_s: float) -> int:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: F401
     from executorch.exir.serde import serialize  # noqa: F401
 
+    from edgenlp.sparse.ops import register_ops
+
+    register_ops()  # edgenlp::sparse_linear*, which programs of sparse models call
     torch.set_num_threads(1)
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], idle_s)

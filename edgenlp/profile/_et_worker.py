@@ -23,9 +23,10 @@ def run(args: dict) -> dict:
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
-    from edgenlp.run.executorch import register_quantized_kernels
+    from edgenlp.run.executorch import register_edgenlp_ops, register_quantized_kernels
 
     register_quantized_kernels()
+    register_edgenlp_ops()  # programs of sparse bundles call edgenlp::sparse_linear*
 
     ids, mask = example_inputs(int(args["seq_len"]), batch=int(args["batch"]), vocab_size=int(args["vocab_size"]))
     runs, warmup = int(args["runs"]), int(args["warmup"])
@@ -55,9 +56,10 @@ def compare(args: dict) -> dict:
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
-    from edgenlp.run.executorch import register_quantized_kernels
+    from edgenlp.run.executorch import register_edgenlp_ops, register_quantized_kernels
 
     register_quantized_kernels()
+    register_edgenlp_ops()  # programs of sparse bundles call edgenlp::sparse_linear*
     rt = Runtime.get()
     seq, runs, warmup = int(args["seq_len"]), int(args["runs"]), int(args["warmup"])
     methods, inputs = [], []

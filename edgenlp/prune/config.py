@@ -265,3 +265,36 @@ class DistillConfig(Config):
         """
         d = self.to_dict()
         return {k: d[k] for k in self.field_names() if k not in self.NOT_BUDGET}
+
+
+SPARSE_BLOCKS = ("1x4", "1x8", "4x1")
+
+
+@dataclass(frozen=True)
+class SparsifyConfig(DistillConfig):
+    """Block sparsity by gradual magnitude pruning (GMP) under distillation; the recipe's ``sparsify`` step.
+
+    Every encoder linear (queries, keys, values, attention outputs, FFN in and
+    out) loses the same ``sparsity`` fraction of its ``block``-shaped weight
+    blocks (1x4: one output channel x 4 consecutive input channels; the
+    shapes the block-sparse kernels of ``runtime/kernels`` run). The fraction
+    grows along the cubic schedule of Zhu & Gupta (2017) from 0 to
+    ``sparsity`` over the first ``prune_fraction`` of the steps, re-choosing
+    the blocks of smallest L2 norm ``mask_updates`` times; the rest of the run
+    trains with the final pattern. Training is the recovery distillation of
+    :class:`DistillConfig` (its every knob) from the dense model as teacher,
+    so a sparsified model learns from the model it started as.
+    """
+
+    sparsity: float = knob(0.8, help="Fraction of every encoder linear's weight blocks set to zero, in (0, 1).")
+    block: str = knob("1x4", choices=SPARSE_BLOCKS, help="Block shape: output channels x consecutive input channels.")
+    prune_fraction: float = knob(0.7, help="Share of the steps over which the sparsity grows to its target, in (0, 1].")
+    mask_updates: int = knob(20, help="How many times the pattern is re-chosen while the sparsity grows.")
+    epochs: float = knob(2.0, help="Epochs of distillation over the training rows.")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("sparsity", self.sparsity, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("block", self.block, SPARSE_BLOCKS)
+        check_range("prune_fraction", self.prune_fraction, 0.0, 1.0, low_open=True)
+        check_int("mask_updates", self.mask_updates, minimum=1)

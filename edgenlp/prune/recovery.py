@@ -35,6 +35,7 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -226,13 +227,15 @@ def _copy(model: EncoderClassifier, device: str) -> EncoderClassifier:
 
 def distill(student: EncoderClassifier, info: ModelInfo, teacher: EncoderClassifier, task, config: DistillConfig, *,
             teacher_info: ModelInfo | None = None, masks: MaskDict | None = None, device: str = "auto",
-            progress: bool = False) -> DistillResult:
+            progress: bool = False, on_step: Callable[[int, int, nn.Module], None] | None = None) -> DistillResult:
     """Train a copy of ``student`` to match ``teacher`` on ``task``'s training rows; neither model is changed.
 
     ``masks`` (the :class:`MaskDict` that pruned ``teacher`` into ``student``)
     starts the hidden-state projection from the kept dimensions; masks that
     do not fit the pair are ignored. ``device`` is ``auto``, ``cpu`` or
-    ``cuda``; the result is on the CPU. Progress goes to the log (every tenth
+    ``cuda``; the result is on the CPU. ``on_step(done, steps, student)`` runs
+    before the first step (``done`` 0) and after every optimizer step (the
+    ``sparsify`` step applies its block masks there). Progress goes to the log (every tenth
     of the run) and, with ``progress``, to a bar on stderr. Raises
     :class:`DistillError` for a pair that cannot be distilled (see
     :func:`check_pair`) before any work.
@@ -295,6 +298,8 @@ def distill(student: EncoderClassifier, info: ModelInfo, teacher: EncoderClassif
     model.train()
     trace, losses, done, stopped = [], [], 0, None
     t0 = time.perf_counter()
+    if on_step is not None:
+        on_step(0, steps, model)
     with progress_bar(progress) as bar:
         task_id = bar.add_task("distill", total=steps, info="") if bar is not None else None
         for step, batch in zip(range(steps), data.batches(rows=None, batch_size=config.batch_size, seed=config.seed)):
@@ -306,6 +311,8 @@ def distill(student: EncoderClassifier, info: ModelInfo, teacher: EncoderClassif
                               lr_scale=lr_factor(step, total=steps, warmup=warmup))
             losses.append(loss)
             done = step + 1
+            if on_step is not None:
+                on_step(done, steps, model)
             parts = loss_fn.parts
             if bar is not None:
                 bar.update(task_id, advance=1, info=f"loss {loss:.4f} kd {parts['kd']:.4f} layer {parts['layer']:.4f}")

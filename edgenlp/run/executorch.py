@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -34,18 +37,67 @@ def register_quantized_kernels() -> None:
         log.debug("executorch.kernels.quantized not available")
 
 
-def load_program(path: Path, **kwargs):
+_ops_lock = threading.Lock()
+_ops_library: ctypes.CDLL | None = None
+
+
+def ops_library_path() -> Path:
+    """``libedgenlp_ops.so`` (runtime/ops: edgenlp's own ExecuTorch kernels): beside libedgenlp, or ``$EDGENLP_OPS_LIB``."""
+    env = os.environ.get("EDGENLP_OPS_LIB")
+    if env:
+        return Path(env)
+    from edgenlp.run.native import library_path
+
+    return library_path().parent / "libedgenlp_ops.so"
+
+
+def register_edgenlp_ops(*, required: bool = False) -> bool:
+    """Register edgenlp's ExecuTorch kernels (``edgenlp::sparse_linear*``) with this process's runtime, once.
+
+    Loads ``libedgenlp_ops.so`` (:func:`ops_library_path`, built by ``bash
+    runtime/build.sh``) into the ExecuTorch runtime the Python bindings use.
+    Returns whether the kernels are registered; with ``required`` a missing
+    or unloadable library is a :class:`BundleError` saying how to build it.
+    """
+    global _ops_library
+    with _ops_lock:
+        if _ops_library is not None:
+            return True
+        import executorch.runtime  # noqa: F401  (libexecutorch.so first: the library registers into it)
+
+        path = ops_library_path()
+        try:
+            _ops_library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        except OSError as exc:
+            if required:
+                raise BundleError(f"this bundle runs edgenlp's sparse ops, whose ExecuTorch kernels are in {path}: "
+                                  f"build them with 'bash runtime/build.sh' ({exc})") from None
+            log.debug("edgenlp ops library not loaded: %s", exc)
+            return False
+        log.debug("registered edgenlp's ExecuTorch kernels from %s", path)
+        return True
+
+
+def load_program(path: Path, *, edgenlp_ops: bool = False, **kwargs):
+    """An ExecuTorch program from ``path``; ``edgenlp_ops``: it calls edgenlp's own ops (the manifest's ``sparse.ops``)."""
     # Registers ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte /
     # embedding_4bit, ...) with the runtime, for programs with quantized embeddings.
     import executorch.kernels.quantized  # noqa: F401
     from executorch.runtime import Runtime
 
     register_quantized_kernels()
+    if edgenlp_ops:
+        register_edgenlp_ops(required=True)
     try:
         with quiet_stderr():
             return Runtime.get().load_program(path, **kwargs)
     except Exception as exc:
         raise BundleError(f"{path}: cannot load ExecuTorch program ({type(exc).__name__}: {exc})") from exc
+
+
+def uses_edgenlp_ops(bundle: Bundle) -> bool:
+    """Whether the bundle's model.pte calls edgenlp's own ops (its manifest's ``sparse.ops``)."""
+    return bool((bundle.manifest.get("sparse") or {}).get("ops"))
 
 
 class ExecuTorchRunner(BundleRunner):
@@ -57,7 +109,7 @@ class ExecuTorchRunner(BundleRunner):
         self.methods = self.bundle.pte_methods
         if not self.methods:
             raise BundleError(f"{self.bundle.path}: manifest lists no ExecuTorch methods")
-        self.program = load_program(self.bundle.artifact("pte"))
+        self.program = load_program(self.bundle.artifact("pte"), edgenlp_ops=uses_edgenlp_ops(self.bundle))
         self._loaded: dict[str, object] = {}
 
     def _method(self, name: str):

@@ -83,7 +83,7 @@ def test_lowering_defect_fails_under_any_isas_rounding(quantized, defect, where,
 
 def test_bound_is_recorded_in_the_manifest_and_a_lowered_defect_fails(tmp_path):
     """Real lowering on this host's kernels: the program passes with the bound recorded; a lowered defect fails."""
-    model, info = tiny_model()
+    model, info = tiny_model(num_layers=1)
     with_biases(model)
     q, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8"))
     cfg = ExportConfig(formats=("pte",), max_seq_len=MAX_LEN, buckets=(MAX_LEN,), parity_samples=len(SENTENCES))

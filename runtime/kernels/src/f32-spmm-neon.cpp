@@ -4,7 +4,7 @@
 
 namespace edgenlp::kernels::detail {
 
-void f32_spmm_neon(const SparseF32& w, const float* x, int m, float* y, Workspace& ws) {
+void f32_spmm_neon(const SparseF32View& w, const float* x, int m, float* y, Workspace& ws) {
   if (w.block == kBlock1x8) return f32_run<NeonF32, 1, 8, 4, 2>(w, x, m, y, ws);
   if (w.block == kBlock4x1) return f32_run<NeonF32, 4, 1, 4, 1>(w, x, m, y, ws);
   f32_run<NeonF32, 1, 4, 4, 2>(w, x, m, y, ws);

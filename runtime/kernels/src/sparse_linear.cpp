@@ -231,9 +231,8 @@ SparseQC8W pack_qc8w(const std::int8_t* q, const float* scale, int n, int k, Blo
   out.n = n;
   out.k = k;
   out.block = block;
-  out.tile_rows = block.rows;
-  const int TC = block.cols < 4 ? 4 : block.cols;
-  out.tile_groups = TC / 4;
+  qc8w_tile(block, &out.tile_rows, &out.tile_groups);
+  const int TC = 4 * out.tile_groups;
   const int R = out.tile_rows;
   const int nrb = (n + R - 1) / R;
   const std::size_t np = static_cast<std::size_t>(nrb) * R;
@@ -300,18 +299,111 @@ void* Workspace::get(std::size_t bytes) {
   return ptr_;
 }
 
-void sparse_linear_f32(const SparseF32& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
+SparseF32View view(const SparseF32& w) {
+  SparseF32View v;
+  v.n = w.n;
+  v.k = w.k;
+  v.block = w.block;
+  v.row_blocks = static_cast<int>(w.row_start.size()) - 1;
+  v.row_start = w.row_start.data();
+  v.col = w.col.data();
+  v.values = w.values.data();
+  v.bias = w.bias.data();
+  v.blocks = w.col.size();
+  return v;
+}
+
+SparseQC8WView view(const SparseQC8W& w) {
+  SparseQC8WView v;
+  v.n = w.n;
+  v.k = w.k;
+  v.block = w.block;
+  v.tile_rows = w.tile_rows;
+  v.tile_groups = w.tile_groups;
+  v.row_blocks = static_cast<int>(w.row_start.size()) - 1;
+  v.row_start = w.row_start.data();
+  v.col = w.col.data();
+  v.values = w.values.data();
+  v.scale = w.scale.data();
+  v.row_sum = w.row_sum.data();
+  v.bias = w.bias.data();
+  v.tiles = w.col.size();
+  return v;
+}
+
+void qc8w_tile(BlockShape block, int* tile_rows, int* tile_groups) {
+  *tile_rows = block.rows;
+  *tile_groups = (block.cols < 4 ? 4 : block.cols) / 4;
+}
+
+namespace {
+
+// The checks both views share; `align` is the column step, `width` the stored width of a block.
+std::string check_pattern(int n, int k, BlockShape block, int rows, int row_blocks, const std::int32_t* row_start,
+                          const std::uint16_t* col, std::size_t blocks, int align, int width) {
+  if (!valid_block(block)) return "block " + block_name(block) + " is not 1x4, 1x8 or 4x1";
+  if (n < 1 || k < 1 || n > 65535 || k > 65535)
+    return "size " + std::to_string(n) + "x" + std::to_string(k) + " is outside 1..65535";
+  if (row_blocks != (n + rows - 1) / rows)
+    return std::to_string(row_blocks) + " row blocks for " + std::to_string(n) + " rows of " + std::to_string(rows);
+  if (row_start == nullptr || (blocks > 0 && col == nullptr)) return "missing arrays";
+  if (row_start[0] != 0) return "row_start[0] is " + std::to_string(row_start[0]) + ", not 0";
+  for (int rb = 0; rb < row_blocks; ++rb)
+    if (row_start[rb + 1] < row_start[rb])
+      return "row_start decreases at row block " + std::to_string(rb);
+  if (static_cast<std::size_t>(row_start[row_blocks]) != blocks)
+    return "row_start ends at " + std::to_string(row_start[row_blocks]) + " for " + std::to_string(blocks) + " blocks";
+  const int kp = (k + 7) / 8 * 8;
+  for (std::size_t b = 0; b < blocks; ++b)
+    if (col[b] % align != 0 || col[b] + width > kp)
+      return "block " + std::to_string(b) + " starts at column " + std::to_string(col[b]) + " (k " + std::to_string(k) +
+             ", aligned to " + std::to_string(align) + ")";
+  return "";
+}
+
+}  // namespace
+
+std::string check(const SparseF32View& w) {
+  std::string e = check_pattern(w.n, w.k, w.block, w.block.rows, w.row_blocks, w.row_start, w.col, w.blocks,
+                                w.block.cols, w.block.cols);
+  if (e.empty() && ((w.blocks > 0 && w.values == nullptr) || w.bias == nullptr)) e = "missing arrays";
+  return e;
+}
+
+std::string check(const SparseQC8WView& w) {
+  int tr = 0, tg = 0;
+  if (valid_block(w.block)) qc8w_tile(w.block, &tr, &tg);
+  if (valid_block(w.block) && (w.tile_rows != tr || w.tile_groups != tg))
+    return "tile " + std::to_string(w.tile_rows) + "x" + std::to_string(4 * w.tile_groups) + " for block " +
+           block_name(w.block);
+  std::string e = check_pattern(w.n, w.k, w.block, w.tile_rows, w.row_blocks, w.row_start, w.col, w.tiles, 4,
+                                4 * w.tile_groups);
+  if (e.empty() && ((w.tiles > 0 && w.values == nullptr) || w.scale == nullptr || w.row_sum == nullptr ||
+                    w.bias == nullptr))
+    e = "missing arrays";
+  return e;
+}
+
+void sparse_linear_f32(const SparseF32View& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
   if (m < 1) throw std::invalid_argument("sparse_linear_f32: m must be >= 1, got " + std::to_string(m));
   if (!isa_supported(isa)) unsupported(isa, "sparse_linear_f32");
   int tokens = 0;
   f32_fn(isa, &tokens, w.block)(w, x, m, y, ws);
 }
 
-void sparse_linear_qd8(const SparseQC8W& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
+void sparse_linear_qd8(const SparseQC8WView& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
   if (m < 1) throw std::invalid_argument("sparse_linear_qd8: m must be >= 1, got " + std::to_string(m));
   if (!isa_supported(isa)) unsupported(isa, "sparse_linear_qd8");
   int tokens = 0;
   qd8_fn(isa, &tokens, w.block)(w, x, m, y, ws);
+}
+
+void sparse_linear_f32(const SparseF32& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
+  sparse_linear_f32(view(w), x, m, y, ws, isa);
+}
+
+void sparse_linear_qd8(const SparseQC8W& w, const float* x, int m, float* y, Workspace& ws, Isa isa) {
+  sparse_linear_qd8(view(w), x, m, y, ws, isa);
 }
 
 }  // namespace edgenlp::kernels

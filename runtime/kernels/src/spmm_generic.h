@@ -138,13 +138,13 @@ inline __attribute__((always_inline)) void f32_block(typename V::Reg* acc, const
 // One tile of NV*L tokens against every row of w; S accumulator sets take
 // alternate blocks (independent FMA chains).
 template <class V, int R, int C, int NV, int S>
-ENK_NOINLINE void f32_tile(const SparseF32& w, const float* xt, int tokens, float* y, float* stage) {
+ENK_NOINLINE void f32_tile(const SparseF32View& w, const float* xt, int tokens, float* y, float* stage) {
   constexpr int W = NV * V::L;
-  const int nrb = static_cast<int>(w.row_start.size()) - 1;
-  const std::int32_t* rs = w.row_start.data();
-  const std::uint16_t* col = w.col.data();
-  const float* val = w.values.data();
-  const float* bias = w.bias.data();
+  const int nrb = w.row_blocks;
+  const std::int32_t* rs = w.row_start;
+  const std::uint16_t* col = w.col;
+  const float* val = w.values;
+  const float* bias = w.bias;
   for (int rb0 = 0; rb0 < nrb; rb0 += kChunkRows / R) {
     const int rb1 = std::min(nrb, rb0 + kChunkRows / R);
     for (int rb = rb0; rb < rb1; ++rb) {
@@ -178,7 +178,7 @@ ENK_NOINLINE void f32_tile(const SparseF32& w, const float* xt, int tokens, floa
 }
 
 template <class V, int R, int C, int NV, int S>
-void f32_run(const SparseF32& w, const float* x, int m, float* y, Workspace& ws) {
+void f32_run(const SparseF32View& w, const float* x, int m, float* y, Workspace& ws) {
   constexpr int L = V::L, W = NV * L;
   const int mp = round_up(m, L), kp = padded_k(w.k);
   auto* base = static_cast<float*>(ws.get((static_cast<std::size_t>(mp) * kp + kChunkRows * W) * sizeof(float)));
@@ -214,13 +214,13 @@ inline __attribute__((always_inline)) void qd8_block(typename Q::Reg* acc, const
 }
 
 template <class Q, int R, int G, int NV, int S>
-ENK_NOINLINE void qd8_tile(const SparseQC8W& w, const std::uint8_t* xq, const std::int32_t* zx, const float* sx,
+ENK_NOINLINE void qd8_tile(const SparseQC8WView& w, const std::uint8_t* xq, const std::int32_t* zx, const float* sx,
                            int tokens, float* y, float* stage) {
   constexpr int W = NV * Q::L;
-  const int nrb = static_cast<int>(w.row_start.size()) - 1;
-  const std::int32_t* rs = w.row_start.data();
-  const std::uint16_t* col = w.col.data();
-  const std::int8_t* val = w.values.data();
+  const int nrb = w.row_blocks;
+  const std::int32_t* rs = w.row_start;
+  const std::uint16_t* col = w.col;
+  const std::int8_t* val = w.values;
   for (int rb0 = 0; rb0 < nrb; rb0 += kChunkRows / R) {
     const int rb1 = std::min(nrb, rb0 + kChunkRows / R);
     for (int rb = rb0; rb < rb1; ++rb) {
@@ -301,7 +301,7 @@ inline void quant_groups_scalar(const float* row, int k, int g0, int kg, const A
 }
 
 template <class Q, int R, int G, int NV, int S>
-void qd8_run(const SparseQC8W& w, const float* x, int m, float* y, Workspace& ws, int qmax) {
+void qd8_run(const SparseQC8WView& w, const float* x, int m, float* y, Workspace& ws, int qmax) {
   constexpr int L = Q::L, W = NV * L;
   const int mp = round_up(m, L), kg = padded_k(w.k) / 4;
   const std::size_t xq_bytes = static_cast<std::size_t>(mp) * kg * 4;

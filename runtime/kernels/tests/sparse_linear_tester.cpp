@@ -245,6 +245,68 @@ std::vector<Shape> shapes(bool quick) {
   return out;
 }
 
+// check() accepts what pack_* writes and names each broken header field (the arrays a
+// bundle hands the kernels: a corrupted one must be refused before any kernel reads it).
+bool view_checks() {
+  bool ok = true;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int n = 9, k = 13;
+  std::vector<float> w(n * k);
+  std::vector<std::int8_t> q(n * k);
+  std::vector<float> scale(n, 0.01f);
+  for (int i = 0; i < n * k; ++i) {
+    w[i] = (i % 3 == 0) ? 0.0f : u(rng);
+    q[i] = static_cast<std::int8_t>(w[i] * 100.0f);
+  }
+  auto expect = [&](const std::string& got, bool good, const char* what) {
+    if (got.empty() != good) {
+      std::printf("FAIL check(%s): %s\n", what, got.empty() ? "accepted" : got.c_str());
+      ok = false;
+    }
+  };
+  for (ek::BlockShape b : {ek::kBlock1x4, ek::kBlock1x8, ek::kBlock4x1}) {
+    const ek::SparseF32 f = ek::pack_f32(w.data(), n, k, b, nullptr);
+    const ek::SparseQC8W i8 = ek::pack_qc8w(q.data(), scale.data(), n, k, b, nullptr);
+    expect(ek::check(ek::view(f)), true, "packed f32");
+    expect(ek::check(ek::view(i8)), true, "packed int8");
+    std::vector<std::int32_t> rs(f.row_start);
+    std::vector<std::uint16_t> col(f.col);
+    ek::SparseF32View v = ek::view(f);
+    v.row_start = rs.data();
+    v.col = col.data();
+    rs[0] = 1;
+    expect(ek::check(v), false, "row_start[0] != 0");
+    rs = f.row_start;
+    rs[1] = rs.back() + 1;
+    expect(ek::check(v), false, "row_start decreasing");
+    rs = f.row_start;
+    rs.back() += 1;
+    expect(ek::check(v), false, "row_start past the blocks");
+    rs = f.row_start;
+    col[0] = static_cast<std::uint16_t>(k + 8);
+    expect(ek::check(v), false, "column outside k");
+    col = f.col;
+    if (b.cols > 1) {
+      col[0] = static_cast<std::uint16_t>(col[0] + 1);
+      expect(ek::check(v), false, "unaligned column");
+      col = f.col;
+    }
+    v.row_blocks += 1;
+    expect(ek::check(v), false, "row blocks");
+    v = ek::view(f);
+    v.block = ek::BlockShape{2, 2};
+    expect(ek::check(v), false, "block 2x2");
+    ek::SparseQC8WView qv = ek::view(i8);
+    qv.tile_groups = 3;
+    expect(ek::check(qv), false, "int8 tile");
+    qv = ek::view(i8);
+    qv.scale = nullptr;
+    expect(ek::check(qv), false, "int8 scale missing");
+  }
+  return ok;
+}
+
 bool api_errors() {
   bool ok = true;
   const float w[4] = {1, 0, 0, 0};
@@ -262,6 +324,7 @@ bool api_errors() {
     ok = false;
   } catch (const std::invalid_argument&) {
   }
+  ok = view_checks() && ok;
   for (ek::Isa isa : ek::kAllIsas) {
     if (ek::isa_supported(isa)) continue;
     const ek::SparseF32 p = ek::pack_f32(w, 1, 4, ek::kBlock1x4, nullptr);

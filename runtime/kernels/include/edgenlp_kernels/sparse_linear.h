@@ -85,6 +85,20 @@ struct SparseF32 {
   std::size_t bytes() const;            // what the kernels read: indices, values, bias
 };
 
+// A borrowed SparseF32: the same arrays in memory the caller owns (an ExecuTorch
+// program's constant tensors, say). row_start has row_blocks + 1 entries.
+struct SparseF32View {
+  int n = 0, k = 0;
+  BlockShape block = kBlock1x4;
+  int row_blocks = 0;
+  const std::int32_t* row_start = nullptr;
+  const std::uint16_t* col = nullptr;
+  const float* values = nullptr;
+  const float* bias = nullptr;  // [row_blocks * block.rows]
+  std::size_t blocks = 0;
+};
+SparseF32View view(const SparseF32& w);
+
 // Blocks of `w` [n][k] that hold a non-zero; bias may be null. Throws
 // std::invalid_argument for sizes out of range (n, k in 1..65535) or a bad block.
 SparseF32 pack_f32(const float* w, int n, int k, BlockShape block, const float* bias);
@@ -104,6 +118,32 @@ struct SparseQC8W {
   std::size_t tiles() const { return col.size(); }
   std::size_t bytes() const;
 };
+
+// A borrowed SparseQC8W (see SparseF32View); arrays per row are row_blocks * tile_rows long.
+struct SparseQC8WView {
+  int n = 0, k = 0;
+  BlockShape block = kBlock1x4;
+  int tile_rows = 1, tile_groups = 1;
+  int row_blocks = 0;
+  const std::int32_t* row_start = nullptr;
+  const std::uint16_t* col = nullptr;
+  const std::int8_t* values = nullptr;
+  const float* scale = nullptr;
+  const std::int32_t* row_sum = nullptr;
+  const float* bias = nullptr;
+  std::size_t tiles = 0;
+};
+SparseQC8WView view(const SparseQC8W& w);
+
+// The tile a block shape is stored in by the int8 kernels: 1x4 -> 1x4, 1x8 -> 1x8, 4x1 -> 4x4.
+void qc8w_tile(BlockShape block, int* tile_rows, int* tile_groups);
+
+// Checks a view's header against its sizes before a kernel trusts it: n, k and
+// the block in range, row_blocks = ceil(n / rows), row_start from 0 to the
+// block count and non-decreasing, every column aligned to the block (int8: to
+// 4) and inside k. Returns "" when it holds, or what is wrong.
+std::string check(const SparseF32View& w);
+std::string check(const SparseQC8WView& w);
 
 // `q` [n][k] int8 in [-127, 127] with `scale` [n]; the pattern is read from the
 // zeros of q. Throws std::invalid_argument like pack_f32, or for q == -128.
@@ -127,5 +167,8 @@ class Workspace {
 // throws std::invalid_argument otherwise or for m < 1).
 void sparse_linear_f32(const SparseF32& w, const float* x, int m, float* y, Workspace& ws, Isa isa);
 void sparse_linear_qd8(const SparseQC8W& w, const float* x, int m, float* y, Workspace& ws, Isa isa);
+// The same on borrowed arrays; the caller has passed the view through check().
+void sparse_linear_f32(const SparseF32View& w, const float* x, int m, float* y, Workspace& ws, Isa isa);
+void sparse_linear_qd8(const SparseQC8WView& w, const float* x, int m, float* y, Workspace& ws, Isa isa);
 
 }  // namespace edgenlp::kernels

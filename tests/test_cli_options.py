@@ -160,7 +160,7 @@ def test_every_listed_default_exception_exists():
     assert seen == DEFAULT_EXCEPTIONS
 
 
-@pytest.mark.parametrize("verb", ["finetune", "prune", "distill", "quantize", "export", "profile", "compress"])
+@pytest.mark.parametrize("verb", ["finetune", "prune", "distill", "sparsify", "quantize", "export", "profile", "compress"])
 def test_every_config_field_is_an_option(verb):
     cmd = dict(COMMAND_LIST)[(verb,)]
     bound = [p for p in cmd.params if isinstance(p, ConfigOption)]

@@ -365,7 +365,7 @@ def emit_json(doc: Any, *, stdout: bool, out_file: str | None) -> None:
 
 # --------------------------------------------------------------------------- README tables
 
-OPTION_TABLES = ("finetune", "prune", "distill", "quantize", "export", "profile", "compress")
+OPTION_TABLES = ("finetune", "prune", "distill", "sparsify", "quantize", "export", "profile", "compress")
 
 
 def _verb(command: str) -> click.Command:

@@ -40,7 +40,7 @@ def classify(name: str) -> EventKind | None:
         return None
     if name in CONTAINERS:
         return EventKind.CONTAINER
-    if name.startswith("Fully Connected"):
+    if name.startswith("Fully Connected") or "sparse_linear" in name:  # XNNPACK's GEMMs; edgenlp's block-sparse ops
         return EventKind.LINEAR
     if name.startswith("Convert"):  # dynamic quantization of the next linear's input
         return EventKind.PRELUDE

@@ -175,3 +175,34 @@ def session_tiny_dynamic_bundle(tmp_path_factory) -> Path:
     """The dynamic model exported as a model directory is (through its recipe): segments in both formats."""
     return _once(tmp_path_factory, "tiny-dyn-bundle", lambda: export_tiny(
         tmp_path_factory, session_tiny_dynamic_dir(tmp_path_factory), session_dyn_task_dir(tmp_path_factory), "tiny-dyn"))
+
+
+def session_sparse_bundles(tmp_path_factory) -> dict[str, Path]:
+    """A 1-layer tiny model with 80% of the 1x4 blocks of three linears zeroed, exported fp32 and int8 (built once).
+
+    The query and both FFN linears run edgenlp's sparse ops; the other linears stay in XNNPACK.
+    """
+    def build_one(precision: str) -> Path:
+        from dataclasses import replace
+
+        from edgenlp.data.tasks import load_task
+        from edgenlp.export.api import ExportConfig, export_bundle
+        from edgenlp.prune.config import SparsifyConfig
+        from edgenlp.prune.sparsity import apply_block_masks, block_masks
+        from edgenlp.quantize.api import quantize_model
+        from edgenlp.quantize.config import QuantizeConfig
+        from edgenlp.recipe import Step
+
+        task = load_task(session_dyn_task_dir(tmp_path_factory))
+        model, info = tiny_model(labels=tuple(task.labels), num_layers=1)
+        names = ("layers.0.query", "layers.0.ffn_in", "layers.0.ffn_out")
+        apply_block_masks(model, block_masks(model, 0.8, "1x4", names))
+        step = Step("sparsify", SparsifyConfig(sparsity=0.8, block="1x4"), {"block": "1x4", "linears": list(names)})
+        info = replace(info, recipe=(*info.recipe, step))
+        if precision == "int8":
+            model, info = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+        out = tmp_path_factory.mktemp("bundles") / f"sparse-{precision}"
+        export_bundle(model, info, out, task=task, config=ExportConfig(max_seq_len=32, buckets=(32,), parity_samples=8))
+        return out
+
+    return {p: _once(tmp_path_factory, f"sparse-{p}", lambda p=p: build_one(p)) for p in ("fp32", "int8")}

@@ -78,6 +78,13 @@ def register_edgenlp_ops(*, required: bool = False) -> bool:
         return True
 
 
+def sparse_act_qmax() -> int | None:
+    """The activation range of the int8 sparse kernel ``libedgenlp_ops.so`` runs here (255, or 127 on AVX2); None without it."""
+    if not register_edgenlp_ops():
+        return None
+    return int(_ops_library.edgenlp_ops_act_qmax())
+
+
 def load_program(path: Path, *, edgenlp_ops: bool = False, **kwargs):
     """An ExecuTorch program from ``path``; ``edgenlp_ops``: it calls edgenlp's own ops (the manifest's ``sparse.ops``)."""
     # Registers ExecuTorch's quantized kernels (quantized_decomposed::embedding_byte /

@@ -114,3 +114,35 @@ def test_dynamic_bundle_under_qemu(aarch64_build, host_build, dynamic_bundle, tm
         assert [(r["exit_layer"], r["tokens_kept"]) for r in got] == [(r["exit_layer"], r["tokens_kept"]) for r in want]
         for a, b in zip(want, got):
             assert all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-4 for k in a["probabilities"]), (a, b)
+
+
+@pytest.fixture(scope="module")
+def sparse_bundles(tmp_path_factory):
+    from edgenlp_testing import session_sparse_bundles
+
+    return session_sparse_bundles(tmp_path_factory)
+
+
+@pytest.mark.parametrize("cpu", ["cortex-a53", "max,sme=off"])
+def test_sparse_ops_under_qemu(cpu, aarch64_build, host_build, sparse_bundles, tmp_path):
+    """edgenlp's block-sparse ops (NEON; NEON dot product on `max`) give x86-64's probabilities.
+
+    The host runs the scalar kernels (EDGENLP_SPARSE_ISA=scalar): like NEON they quantize int8
+    activations to 8 bits (AVX2 to 7), so the integer sums agree exactly.
+    """
+    import json
+    import os
+
+    texts = ["a gripping, funny film", "unflinchingly bleak and desperate", "word " * 20]
+    (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    for name, bundle in sparse_bundles.items():
+        args = [str(bundle), "--json", "--input", str(tmp_path / "texts.txt")]
+        host = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True, check=True,
+                              env={**os.environ, "EDGENLP_SPARSE_ISA": "scalar"})
+        proc = qemu(cpu, str(aarch64_build / "edgenlp-run"), *args)
+        assert proc.returncode == 0, proc.stderr
+        want = [json.loads(line)["probabilities"] for line in host.stdout.splitlines()]
+        got = [json.loads(line)["probabilities"] for line in proc.stdout.splitlines()]
+        assert len(got) == len(texts)
+        for a, b in zip(want, got):
+            assert all(abs(a[k] - b[k]) < 1e-4 for k in a), (name, a, b)

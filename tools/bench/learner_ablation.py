@@ -54,6 +54,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "priming-rate": ("priming at full fine-tuning's tuned rate 1.6e-4", {}, {"priming_lr": 1.6e-4}),
     "lr3e-3": ("Learner rate 3e-3 with 10% warm-up", {"lr": 3e-3, "warmup_fraction": 0.1}, {}),
     "head-lr": ("head rate 6.4e-3 (full's tuned head rate)", {"head_lr": 6.4e-3}, {}),
+    "head-lr2": ("head rate 2e-2", {"head_lr": 2e-2}, {}),
     "lp-ft": ("linear probing first: 0.1 epoch of head only, then priming and Learners", {}, {"probe_epochs": 0.1}),
     "bitfit": ("biases and layer norms (embeddings' too) train with the Learners", {}, {"bitfit": True}),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),

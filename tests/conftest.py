@@ -14,8 +14,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # helpers pass processes= explicitly).
     os.environ.setdefault("EDGENLP_LOWER_PROCESSES", "1")
 
-from edgenlp_testing import (_once, export_tiny, session_dyn_task_dir, session_tiny_dynamic_bundle, session_tiny_dynamic_dir,
-                             session_tiny_ft_dir, tiny_model, write_task_dir)
+from edgenlp_testing import (_once, export_tiny, session_dyn_task_dir, session_sparse_bundles, session_tiny_dynamic_bundle,
+                             session_tiny_dynamic_dir, session_tiny_ft_dir, tiny_model, write_task_dir)
 
 
 RUNTIME_TESTS = Path(__file__).resolve().parents[1] / "runtime" / "tests"
@@ -92,6 +92,12 @@ def tiny_dynamic_bundle(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir) -> Pat
 def tiny_static_bundle(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
     """The same base model exported as a plain static bundle."""
     return _once(tmp_path_factory, "tiny-static", lambda: export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static"))
+
+
+@pytest.fixture(scope="session")
+def sparse_bundles(tmp_path_factory) -> dict[str, Path]:
+    """fp32 and int8 bundles of a 1-layer model whose query and FFN linears run edgenlp's sparse ops."""
+    return session_sparse_bundles(tmp_path_factory)
 
 
 @pytest.fixture

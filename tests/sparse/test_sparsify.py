@@ -107,32 +107,32 @@ def test_sparse_ops_model_equals_the_masked_model(sparse_result):
 
 @pytest.mark.native
 @pytest.mark.skipif(not ops_library_path().is_file(), reason="libedgenlp_ops.so not built (bash runtime/build.sh)")
-def test_sparse_bundle_runs_the_ops_in_executorch_and_natively_and_dense_in_onnx(sparse_result, task, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_sparse_bundle_runs_the_ops_in_executorch_and_natively_and_dense_in_onnx(sparse_bundles, dyn_task_dir, precision):
+    """The session's sparse bundles (edgenlp_testing.session_sparse_bundles: query and FFN linears at 80% of 1x4)."""
     from edgenlp.bundle import Bundle
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.recipe import Step as _Step
+    from edgenlp.data.tasks import load_task
     from edgenlp.run.base import get_runner
 
-    _, res = sparse_result
-    step = res.info.recipe[-1]
-    # the FFN linears only: the rest of the layer stays in XNNPACK around them
-    ffn = ("layers.0.ffn_in", "layers.0.ffn_out")
-    info = type(res.info)(**{**res.info.__dict__, "recipe": (*res.info.recipe[:-1],
-                                                             _Step("sparsify", step.config, {**step.result, "linears": list(ffn)}))})
-    out = tmp_path / "b"
-    export_bundle(res.model, info, out, task=task, config=ExportConfig(max_seq_len=16, buckets=(16,), parity_samples=4))
+    out = sparse_bundles[precision]
     b = Bundle.open(out)
     sparse = b.manifest["sparse"]
-    assert sparse["ops"] == ["edgenlp::sparse_linear"] and sparse["ops_library"] == "libedgenlp_ops.so"
-    assert sorted(n for n, r in sparse["linears"].items() if r["op"]) == list(ffn)
+    op = {"fp32": "edgenlp::sparse_linear", "int8": "edgenlp::sparse_linear_qd8"}[precision]
+    assert sparse["ops"] == [op] and sparse["ops_library"] == "libedgenlp_ops.so"
+    assert sorted(n for n, r in sparse["linears"].items() if r["op"]) == ["layers.0.ffn_in", "layers.0.ffn_out",
+                                                                          "layers.0.query"]
+    assert all(r["sparsity"] >= 0.8 - 1e-3 and r["precision"] == precision for r in sparse["linears"].values())
     assert "dense" in sparse["onnx"]
     (method,) = b.manifest["artifacts"]["pte"]["methods"]
-    assert method["non_delegated_ops"].get("edgenlp.sparse_linear.default") == 2
+    assert method["non_delegated_ops"].get(op.replace("::", ".") + ".default") == 3
+    if precision == "int8":  # the other linears are XNNPACK's quantized GEMMs
+        assert method["delegated_linears"].get("int8") == 3 + 2  # key, value, attn_out + pooler, classifier
     assert all(p["passed"] for p in b.manifest["parity"].values())
-    texts = list(task.dev.texts[:6])
+    texts = list(load_task(dyn_task_dir).dev.texts[:6])
     logits = {}
     for rt in ("executorch", "onnx", "native"):
         with get_runner(out, runtime=rt) as r:
             logits[rt] = r.predict_logits(texts)
     np.testing.assert_allclose(logits["native"], logits["executorch"], atol=1e-5)
-    np.testing.assert_allclose(logits["onnx"], logits["executorch"], atol=1e-4)
+    if precision == "fp32":
+        np.testing.assert_allclose(logits["onnx"], logits["executorch"], atol=1e-4)

@@ -1436,6 +1436,27 @@ def wheel_main_job(r: Results) -> str:
                      f"{minsec(d['compress_wall_s'])} ({d['conditions']}; `results/wheel-main-job.json`).")
 
 
+@section("sparse-bundles")
+def sparse_bundles(r: Results) -> str:
+    doc = r("sparse-bundles")
+    mod = _bench_module("sparse_bundles")
+    from tools.bench.harness import Results as BenchResults
+
+    title = "**Whole MiniLM bundles with the sparse ops against the dense bundles (issue 23, stage 2)**"
+    return mod.markdown(doc, title=title).rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+
+
+@section("sparsify-accuracy")
+def sparsify_accuracy(r: Results) -> str:
+    doc = r("sparsify-accuracy")
+    mod = _bench_module("sparsify_accuracy")
+    from tools.bench.harness import Results as BenchResults
+
+    title = "**Accuracy after `sparsify`, as int8 bundles (issue 23, stage 2)**"
+    body = mod.markdown(doc).split("\n", 1)[1]
+    return title + "\n" + body.rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+
+
 @section("sparse-kernels")
 def sparse_kernels(r: Results) -> str:
     return _bench_module("sparse_kernels").render_markdown(r("sparse-kernels"))

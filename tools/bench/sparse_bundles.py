@@ -103,11 +103,11 @@ def measure(bundles: dict[str, dict], *, seq: int, threads: int, runs: int) -> d
     return out
 
 
-def markdown(doc: dict) -> str:
+def markdown(doc: dict, *, title: str = "# Block-sparse bundles against dense ones") -> str:
     rows = doc["bundles"]
     dense = {p: rows[f"dense-{p}"]["median_ms"] for p in ("fp32", "int8")}
     fastest_dense = min(dense.values())
-    lines = ["# Block-sparse bundles against dense ones", "",
+    lines = [title, "",
              f"MiniLM-L6, seq {doc['seq']}, {doc['threads']} thread; every program timed in one fresh process, once per "
              f"round in alternation, {doc['runs']} rounds; median and p10–p90. Load average {doc['load']['before']} "
              f"before the timing, {doc['load']['after']} after. Block sparsity by magnitude over every encoder linear "

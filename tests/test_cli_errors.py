@@ -122,6 +122,11 @@ CASES = [
     case("distill", "{model_dir}", "--teacher", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
     case("distill", "{model_dir}", "--teacher", "{model_dir}", "--task", "{tiny_task}", "--epochs", "0", "--out", "{out}", message="epochs must be"),
     case("distill", "{model_dir}", "--teacher", "{model_dir}", "--task", "{tiny_task}", "--device", "tpu", "--out", "{out}", message="--device must be one of"),
+    # sparsify
+    case("sparsify", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
+    case("sparsify", "{model_dir}", "--task", "{tiny_task}", "--sparsity", "1.5", "--out", "{out}", message="sparsity must be"),
+    case("sparsify", "{model_dir}", "--task", "{tiny_task}", "--block", "2x2", "--out", "{out}", message="2x2"),
+    case("sparsify", "{model_dir}", "--teacher", "{missing}", "--task", "{tiny_task}", "--out", "{out}", message="unknown model"),
     # prune
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--target-sparsity", "1.5", "--out", "{out}", message="target_sparsity must be in [0, 1)"),
     case("prune", "{model_dir}", "--task", "{tiny_task}", "--recover-epochs", "2", "--out", "{out}", message="--recover-epochs need --recover"),

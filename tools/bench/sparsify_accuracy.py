@@ -53,7 +53,7 @@ def int8_bundle(model, info, task, out: Path, seq: int) -> dict:
 
 def markdown(doc: dict) -> str:
     lines = ["# Block-sparse models after `sparsify`, as int8 bundles", "",
-             f"Teacher: `{doc['teacher']}` on {doc['task']}; every run distils from it for {doc['max_steps']} steps "
+             f"Teacher: {doc['teacher']} on {doc['task']}; every run distils from it for {doc['max_steps']} steps "
              f"(batch {doc['batch_size']}, length {doc['max_seq_len']}, {doc['threads']} thread), the sparsity rising "
              "along the GMP schedule over the first 70% of the steps. Accuracy: the int8 bundle's through the "
              f"ExecuTorch runtime on the {doc['dev_rows']} dev rows (nothing is chosen on them).", "",
@@ -69,12 +69,17 @@ def markdown(doc: dict) -> str:
                      f"{r['bundle']['sparse_linears']} | {100 * acc:.2f}% | {100 * (acc - base):+.2f} | "
                      f"{100 * d['dev_before']['accuracy']:.2f}% → {100 * d['dev_after']['accuracy']:.2f}% | "
                      f"{d['train_s']:.0f} |")
+    within = [f"{100 * r['sparsity']:.0f}%" for r in doc["runs"]
+              if 100 * (base - r["bundle"]["dev"]["accuracy"]) <= 1.0]
+    if doc["runs"]:
+        lines += ["", f"- Within 1 point of the teacher's int8 bundle at this budget: {', '.join(within) or 'none'}."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="A fine-tuned model directory.")
+    p.add_argument("--teacher-label", default=None, help="How the report names the teacher (default: its path).")
     p.add_argument("--task", default="sst2")
     p.add_argument("--sparsities", nargs="+", type=float, default=[0.8, 0.7])
     p.add_argument("--block", default="1x4", choices=["1x4", "1x8", "4x1"])
@@ -100,7 +105,7 @@ def main(argv=None) -> int:
     res = Results(script="sparsify_accuracy", threads=args.threads)
     task = load_task(args.task)
     teacher, tinfo = load_model(args.teacher)
-    doc = {"teacher": args.teacher, "task": args.task, "max_steps": args.max_steps, "batch_size": args.batch_size,
+    doc = {"teacher": args.teacher_label or args.teacher, "task": args.task, "max_steps": args.max_steps, "batch_size": args.batch_size,
            "max_seq_len": args.max_seq_len, "threads": args.threads, "lr": args.lr, "dev_rows": len(task.dev), "runs": []}
     doc["teacher_bundle"] = int8_bundle(teacher, tinfo, task, work / "teacher-int8", 128)
     res.write(Path(args.out), doc, markdown(doc))

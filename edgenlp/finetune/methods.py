@@ -168,8 +168,10 @@ class LearnerMethod(Method):
         self.schedule = learner_schedule(classes=len(model.labels), steps_per_epoch=steps_per_epoch, total_steps=total_steps)
         self.priming_lr = self.lcfg.priming_lr if self.lcfg.priming_lr is not None else self.schedule.priming_lr
         self.bitfit = self.lcfg.bitfit if self.lcfg.bitfit is not None else self.schedule.bitfit
-        self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch)
+        self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch, self.schedule)
         self.priming_steps = self.lcfg.priming_steps_for(steps_per_epoch, self.schedule)
+        if config.head_lr is None and self.schedule.head_lr is not None:
+            self.head_lr = self.schedule.head_lr  # a budget short for the classes (learner_schedule)
         if self.lcfg.rank == "auto" and self.priming_steps == 0 and total_steps > 1:
             self.priming_steps = 1  # rank auto measures the weight change while priming
         if self.probe_steps + self.priming_steps >= total_steps:

@@ -7,17 +7,19 @@ import pytest
 from edgenlp.finetune import FinetuneConfig, LearnerConfig, finetune
 from edgenlp.finetune.config import LearnerSchedule, learner_schedule
 
-# (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit)
+# (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit, head lr, probe steps)
 TABLE = [
-    ("SST-2, 8,000 rows, 1 epoch", 2, 250, 250, (83, 5e-5, False)),
-    ("banking77, 1 epoch", 77, 282, 282, (94, 5e-5, False)),
-    ("banking77, 2 epochs: 2/3 of an epoch, not half the run", 77, 282, 564, (188, 5e-5, False)),
-    ("banking77, 3 epochs (its default): 1 epoch", 77, 282, 846, (282, 5e-5, False)),
-    ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch", 154, 125, 625, (125, 5e-5, False)),
-    ("the 24-class test task, 10 epochs of 6 steps", 24, 6, 60, (6, 5e-5, False)),
-    ("max_steps below an epoch", 77, 282, 30, (10, 5e-5, False)),
-    ("two steps: no room to prime", 2, 10, 2, (0, 5e-5, False)),
-    ("one step", 2, 1, 1, (0, 5e-5, False)),
+    ("SST-2, 8,000 rows, 1 epoch", 2, 250, 250, (83, 5e-5, False, None, 0)),
+    ("banking77, 1 epoch", 77, 282, 282, (94, 5e-5, False, None, 0)),
+    ("banking77, 2 epochs: 2/3 of an epoch, not half the run", 77, 282, 564, (188, 5e-5, False, None, 0)),
+    ("banking77, 3 epochs (its default): 1 epoch", 77, 282, 846, (282, 5e-5, False, None, 0)),
+    ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch", 154, 125, 625, (125, 5e-5, False, None, 0)),
+    ("the 24-class test task, 10 epochs of 6 steps", 24, 6, 60, (6, 5e-5, False, None, 0)),
+    ("banking77, 3,000 rows, 1 epoch (the ablation): short, probe then a fast head", 77, 94, 94,
+     (31, 5e-5, False, 6.4e-3, 9)),
+    ("max_steps below an epoch: short", 77, 282, 30, (10, 5e-5, False, 6.4e-3, 3)),
+    ("two steps: no room to prime", 2, 10, 2, (0, 5e-5, False, 6.4e-3, 0)),
+    ("one step", 2, 1, 1, (0, 5e-5, False, 6.4e-3, 0)),
 ]
 
 
@@ -26,7 +28,7 @@ def test_schedule_table(what, classes, per_epoch, total, want):
     got = learner_schedule(classes=classes, steps_per_epoch=per_epoch, total_steps=total)
     assert got == LearnerSchedule(*want)
     assert got == learner_schedule(classes=classes, steps_per_epoch=per_epoch, total_steps=total)  # a function of its inputs
-    assert got.priming_steps < total  # Learner steps always follow priming
+    assert got.probe_steps + got.priming_steps < total  # Learner steps always follow probing and priming
 
 
 @pytest.mark.parametrize("kwargs", [dict(classes=0, steps_per_epoch=1, total_steps=1),

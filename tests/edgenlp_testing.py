@@ -177,6 +177,9 @@ def session_tiny_dynamic_bundle(tmp_path_factory) -> Path:
         tmp_path_factory, session_tiny_dynamic_dir(tmp_path_factory), session_dyn_task_dir(tmp_path_factory), "tiny-dyn"))
 
 
+SPARSE_LINEARS = ("layers.0.query", "layers.0.ffn_in", "layers.0.ffn_out")
+
+
 def session_sparse_bundles(tmp_path_factory) -> dict[str, Path]:
     """A 1-layer tiny model with 80% of the 1x4 blocks of three linears zeroed, exported fp32 and int8 (built once).
 
@@ -195,7 +198,7 @@ def session_sparse_bundles(tmp_path_factory) -> dict[str, Path]:
 
         task = load_task(session_dyn_task_dir(tmp_path_factory))
         model, info = tiny_model(labels=tuple(task.labels), num_layers=1)
-        names = ("layers.0.query", "layers.0.ffn_in", "layers.0.ffn_out")
+        names = SPARSE_LINEARS
         apply_block_masks(model, block_masks(model, 0.8, "1x4", names))
         step = Step("sparsify", SparsifyConfig(sparsity=0.8, block="1x4"), {"block": "1x4", "linears": list(names)})
         info = replace(info, recipe=(*info.recipe, step))

@@ -30,11 +30,11 @@ from torch import nn
 from edgenlp.models.encoder import EncoderClassifier, ModelInfo
 from edgenlp.models.families import LAYER_LINEARS
 from edgenlp.prune.config import SparsifyConfig
+from edgenlp.sparse.ops import BLOCKS, block_sparsity
 
 log = logging.getLogger(__name__)
 
 REPORT_VERSION = 1
-BLOCK_SHAPES = {"1x4": (1, 4), "1x8": (1, 8), "4x1": (4, 1)}
 
 BlockMasks = dict[str, torch.Tensor]  # linear name -> bool [n][k], True where the weight is kept
 
@@ -61,7 +61,7 @@ def block_masks(model: nn.Module, sparsity: float, block: str, names: tuple[str,
     Each linear loses ``floor(sparsity x blocks)`` blocks (ties: the first in
     row-major order stay). ``sparsity`` 0 keeps everything.
     """
-    rows, cols = BLOCK_SHAPES[block]
+    rows, cols = BLOCKS[block]
     modules = dict(model.named_modules())
     out: BlockMasks = {}
     for name in names if names is not None else encoder_linears(model):
@@ -90,13 +90,9 @@ def apply_block_masks(model: nn.Module, masks: BlockMasks) -> nn.Module:
 
 def measured_sparsity(model: nn.Module, block: str, names: tuple[str, ...] | None = None) -> dict[str, float]:
     """Fraction of all-zero ``block`` blocks in each linear (what the kernels will skip)."""
-    rows, cols = BLOCK_SHAPES[block]
     modules = dict(model.named_modules())
-    out = {}
-    for name in names if names is not None else encoder_linears(model):
-        view, _, _ = _block_view(modules[name].weight.detach().float(), rows, cols)
-        out[name] = round(1.0 - float((view != 0).any(dim=3).any(dim=1).float().mean()), 6)
-    return out
+    return {name: round(block_sparsity(modules[name].weight, block), 6)
+            for name in (names if names is not None else encoder_linears(model))}
 
 
 def gmp_sparsity(step: int, steps: int, final: float, prune_fraction: float) -> float:

@@ -86,6 +86,17 @@ def _check_dims(n: int, k: int) -> None:
         raise ValueError(f"sparse linear size {n}x{k} is outside 1..{MAX_DIM}")
 
 
+def _scatter(row_start: np.ndarray, col: np.ndarray, values: np.ndarray, n: int, k: int) -> np.ndarray:
+    """The [n][k] matrix of ``values`` [blocks][rows][width] placed at their row blocks and columns (zeros elsewhere)."""
+    _, rows, width = values.shape
+    nrb = row_start.shape[0] - 1
+    out = np.zeros((nrb * rows, -(-k // 8) * 8 + width), dtype=values.dtype)
+    rb = np.repeat(np.arange(nrb), np.diff(row_start))
+    for b, (r, c) in enumerate(zip(rb, col.astype(np.int64) & 0xFFFF)):
+        out[r * rows:(r + 1) * rows, c:c + width] = values[b]
+    return out[:n, :k]
+
+
 @dataclass(frozen=True)
 class PackedF32:
     n: int
@@ -100,20 +111,9 @@ class PackedF32:
     def blocks(self) -> int:
         return int(self.col.shape[0])
 
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.row_start, self.col, self.values, self.bias))
-
     def dense(self) -> np.ndarray:
         """The weight matrix [n][k] the arrays encode."""
-        rows, cols = self.block
-        nrb = self.row_start.shape[0] - 1
-        kp = -(-self.k // 8) * 8
-        w = np.zeros((nrb * rows, kp + cols), dtype=np.float32)
-        rb = np.repeat(np.arange(nrb), np.diff(self.row_start))
-        for b in range(self.blocks):
-            c = int(self.col[b]) & 0xFFFF
-            w[rb[b] * rows:(rb[b] + 1) * rows, c:c + cols] = self.values[b]
-        return w[: self.n, : self.k]
+        return _scatter(self.row_start, self.col, self.values, self.n, self.k)
 
 
 @dataclass(frozen=True)
@@ -132,20 +132,9 @@ class PackedQC8W:
     def tiles(self) -> int:
         return int(self.col.shape[0])
 
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.row_start, self.col, self.values, self.scale, self.row_sum, self.bias))
-
     def dense_q(self) -> np.ndarray:
         """The int8 weight matrix [n][k] the arrays encode."""
-        rows, groups = qc8w_tile(self.block)
-        nrb = self.row_start.shape[0] - 1
-        kp = -(-self.k // 8) * 8
-        q = np.zeros((nrb * rows, kp + 4 * groups), dtype=np.int8)
-        rb = np.repeat(np.arange(nrb), np.diff(self.row_start))
-        for t in range(self.tiles):
-            c = int(self.col[t]) & 0xFFFF
-            q[rb[t] * rows:(rb[t] + 1) * rows, c:c + 4 * groups] = self.values[t]
-        return q[: self.n, : self.k]
+        return _scatter(self.row_start, self.col, self.values, self.n, self.k)
 
 
 def pack_f32(weight: np.ndarray, bias: np.ndarray | None, block: str | tuple[int, int] = "1x4") -> PackedF32:

@@ -92,6 +92,31 @@ bool fail(KernelRuntimeContext& ctx, const char* op, const std::string& why) {
   return false;
 }
 
+void run_kernel(const ek::SparseF32View& w, const float* x, int m, float* y, ek::Isa isa) {
+  ek::sparse_linear_f32(w, x, m, y, workspace(), isa);
+}
+void run_kernel(const ek::SparseQC8WView& w, const float* x, int m, float* y, ek::Isa isa) {
+  ek::sparse_linear_qd8(w, x, m, y, workspace(), isa);
+}
+
+// What both ops do once their header is read: refuse the call with the reason (`why` not empty), or size `out`
+// and run the kernel, turning the kernel library's exceptions into a failed call.
+template <class View>
+Tensor& run_checked(KernelRuntimeContext& ctx, const char* op, std::string why, const View& w, const Tensor& input,
+                    int64_t n, int m, Tensor& out, ek::Isa isa) {
+  if (why.empty() && !resize_like_input(input, n, out)) why = "cannot resize out";
+  if (!why.empty()) {
+    fail(ctx, op, why);
+    return out;
+  }
+  try {
+    run_kernel(w, input.const_data_ptr<float>(), m, out.mutable_data_ptr<float>(), isa);
+  } catch (const std::exception& e) {
+    fail(ctx, op, e.what());
+  }
+  return out;
+}
+
 Tensor& sparse_linear_out(KernelRuntimeContext& ctx, const Tensor& input, const Tensor& row_start, const Tensor& col,
                           const Tensor& values, const Tensor& bias, int64_t n, int64_t block_rows, int64_t block_cols,
                           Tensor& out) {
@@ -117,17 +142,7 @@ Tensor& sparse_linear_out(KernelRuntimeContext& ctx, const Tensor& input, const 
     why = "values hold " + std::to_string(values.numel()) + " weights for " + std::to_string(w.blocks) + " blocks";
   if (why.empty() && bias.numel() != static_cast<int64_t>(w.row_blocks) * block_rows)
     why = "bias holds " + std::to_string(bias.numel()) + " values for " + std::to_string(w.row_blocks) + " row blocks";
-  if (why.empty() && !resize_like_input(input, n, out)) why = "cannot resize out";
-  if (!why.empty()) {
-    fail(ctx, kOp, why);
-    return out;
-  }
-  try {
-    ek::sparse_linear_f32(w, input.const_data_ptr<float>(), m, out.mutable_data_ptr<float>(), workspace(), f32_isa());
-  } catch (const std::exception& e) {
-    fail(ctx, kOp, e.what());
-  }
-  return out;
+  return run_checked(ctx, kOp, why, w, input, n, m, out, f32_isa());
 }
 
 Tensor& sparse_linear_qd8_out(KernelRuntimeContext& ctx, const Tensor& input, const Tensor& row_start,
@@ -160,17 +175,7 @@ Tensor& sparse_linear_qd8_out(KernelRuntimeContext& ctx, const Tensor& input, co
   const int64_t padded = static_cast<int64_t>(w.row_blocks) * w.tile_rows;
   if (why.empty() && (scale.numel() != padded || row_sum.numel() != padded || bias.numel() != padded))
     why = "scale, row_sum and bias must hold " + std::to_string(padded) + " values";
-  if (why.empty() && !resize_like_input(input, n, out)) why = "cannot resize out";
-  if (!why.empty()) {
-    fail(ctx, kOp, why);
-    return out;
-  }
-  try {
-    ek::sparse_linear_qd8(w, input.const_data_ptr<float>(), m, out.mutable_data_ptr<float>(), workspace(), qd8_isa());
-  } catch (const std::exception& e) {
-    fail(ctx, kOp, e.what());
-  }
-  return out;
+  return run_checked(ctx, kOp, why, w, input, n, m, out, qd8_isa());
 }
 
 }  // namespace

@@ -63,23 +63,29 @@ def test_tokenizer_under_qemu(cpu, aarch64_build, tok_bundle, hf_tokenizer, tmp_
 QUANT_CPUS = ["cortex-a53", pytest.param("cortex-a76", marks=pytest.mark.slow), "max,sme=off"]
 
 
+def assert_same_probabilities(cpu, aarch64_build, host_build, bundle, texts_file, n_texts, *, host_env=None) -> None:
+    """``edgenlp-run --json`` on every line of ``texts_file``: aarch64 under qemu gives x86-64's probabilities (1e-4)."""
+    import json
+
+    args = [str(bundle), "--json", "--input", str(texts_file)]
+    host = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True, check=True,
+                          env=host_env)
+    proc = qemu(cpu, str(aarch64_build / "edgenlp-run"), *args)
+    assert proc.returncode == 0, proc.stderr
+    want = [json.loads(line)["probabilities"] for line in host.stdout.splitlines()]
+    got = [json.loads(line)["probabilities"] for line in proc.stdout.splitlines()]
+    assert len(got) == n_texts
+    for a, b in zip(want, got):
+        assert all(abs(a[k] - b[k]) < 1e-4 for k in a), (str(bundle), a, b)
+
+
 @pytest.mark.parametrize("cpu", QUANT_CPUS)
 def test_quantized_bundles_under_qemu(cpu, aarch64_build, quant_bundles, host_build, tmp_path):
     """int8 / int4 linears and embeddings, trimmed vocabulary: aarch64 probabilities equal x86-64's."""
-    import json
-
     texts = ["a gripping, funny film", "unflinchingly bleak and desperate", "word " * 40]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     for name, bundle in quant_bundles.items():
-        args = [str(bundle), "--json", "--input", str(tmp_path / "texts.txt")]
-        host = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True, check=True)
-        proc = qemu(cpu, str(aarch64_build / "edgenlp-run"), *args)
-        assert proc.returncode == 0, proc.stderr
-        want = [json.loads(line)["probabilities"] for line in host.stdout.splitlines()]
-        got = [json.loads(line)["probabilities"] for line in proc.stdout.splitlines()]
-        assert len(got) == len(texts)
-        for a, b in zip(want, got):
-            assert all(abs(a[k] - b[k]) < 1e-4 for k in a), (name, a, b)
+        assert_same_probabilities(cpu, aarch64_build, host_build, bundle, tmp_path / "texts.txt", len(texts))
         tok = qemu(cpu, str(aarch64_build / "edgenlp-run"), str(bundle), "--tokenize", "--input", str(tmp_path / "texts.txt"))
         host_tok = subprocess.run([str(host_build / "edgenlp-run"), str(bundle), "--tokenize", "--input",
                                    str(tmp_path / "texts.txt")], capture_output=True, text=True, check=True)
@@ -130,19 +136,10 @@ def test_sparse_ops_under_qemu(cpu, aarch64_build, host_build, sparse_bundles, t
     The host runs the scalar kernels (EDGENLP_SPARSE_ISA=scalar): like NEON they quantize int8
     activations to 8 bits (AVX2 to 7), so the integer sums agree exactly.
     """
-    import json
     import os
 
     texts = ["a gripping, funny film", "unflinchingly bleak and desperate", "word " * 20]
     (tmp_path / "texts.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    for name, bundle in sparse_bundles.items():
-        args = [str(bundle), "--json", "--input", str(tmp_path / "texts.txt")]
-        host = subprocess.run([str(host_build / "edgenlp-run"), *args], capture_output=True, text=True, check=True,
-                              env={**os.environ, "EDGENLP_SPARSE_ISA": "scalar"})
-        proc = qemu(cpu, str(aarch64_build / "edgenlp-run"), *args)
-        assert proc.returncode == 0, proc.stderr
-        want = [json.loads(line)["probabilities"] for line in host.stdout.splitlines()]
-        got = [json.loads(line)["probabilities"] for line in proc.stdout.splitlines()]
-        assert len(got) == len(texts)
-        for a, b in zip(want, got):
-            assert all(abs(a[k] - b[k]) < 1e-4 for k in a), (name, a, b)
+    for bundle in sparse_bundles.values():
+        assert_same_probabilities(cpu, aarch64_build, host_build, bundle, tmp_path / "texts.txt", len(texts),
+                                  host_env={**os.environ, "EDGENLP_SPARSE_ISA": "scalar"})

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgenlp.run.executorch import ops_library_path
+from edgenlp.run.executorch import ops_library_path, sparse_act_qmax
 from edgenlp.sparse.ops import (BLOCKS, SparseLinear, SparseLinearQD8, block_sparsity, pack_f32, pack_qc8w,
                                 quantize_tokens, register_ops, sparse_linear_qd8_reference)
 
@@ -116,10 +116,7 @@ def test_executorch_kernels_equal_the_eager_reference(m, n, k, sparsity):
     with torch.no_grad():
         want = module(x)
     got = _run(_program(module, x), x)
-    from edgenlp.run.executorch import register_edgenlp_ops  # noqa: F401
-    from edgenlp.run import executorch as et
-
-    qmax = et._ops_library.edgenlp_ops_act_qmax()
+    qmax = sparse_act_qmax()
     assert got.shape == want.shape
     for i, mod in enumerate(module.ops):
         g, w = got[..., i * n:(i + 1) * n], want[..., i * n:(i + 1) * n]

@@ -12,7 +12,7 @@ from edgenlp_testing import synthetic_sentiment, tiny_model
 from edgenlp.prune.config import SparsifyConfig
 from edgenlp.prune.sparsity import (apply_block_masks, block_masks, encoder_linears, gmp_sparsity, measured_sparsity,
                                     sparsify)
-from edgenlp.recipe import Step, recipe_from_list, recipe_to_list
+from edgenlp.recipe import recipe_from_list, recipe_to_list
 from edgenlp.run.executorch import ops_library_path
 from edgenlp.sparse.convert import SparsePlan, sparse_plan, to_sparse_ops
 from edgenlp.sparse.ops import SparseLinear, SparseLinearQD8
@@ -44,7 +44,6 @@ def test_masks_zero_the_smallest_blocks_of_every_encoder_linear(block):
         kept, dropped = before[name][masks[name]], before[name][~masks[name]]
         assert torch.equal(w[masks[name]], kept) and not w[~masks[name]].any()
         # the blocks kept have larger norms than the ones dropped
-        rows, cols = {"1x4": (1, 4), "1x8": (1, 8), "4x1": (4, 1)}[block]
         assert kept.abs().mean() > dropped.abs().mean()
 
 

@@ -183,13 +183,5 @@ Tensor& sparse_linear_qd8_out(KernelRuntimeContext& ctx, const Tensor& input, co
 EXECUTORCH_LIBRARY(edgenlp, "sparse_linear.out", sparse_linear_out);
 EXECUTORCH_LIBRARY(edgenlp, "sparse_linear_qd8.out", sparse_linear_qd8_out);
 
-// For the manifest and the profiler: which kernels this library runs here.
-extern "C" __attribute__((visibility("default"))) const char* edgenlp_ops_kernel(int int8, int block_rows,
-                                                                               int block_cols) {
-  thread_local std::string name;
-  name = ek::kernel_name(int8 != 0, ek::BlockShape{block_rows, block_cols}, int8 != 0 ? qd8_isa() : f32_isa());
-  return name.c_str();
-}
-
 // The activation range of the int8 kernel that runs here: 255, or 127 for AVX2's 7-bit activations.
 extern "C" __attribute__((visibility("default"))) int edgenlp_ops_act_qmax() { return ek::act_qmax(qd8_isa()); }

@@ -21,6 +21,7 @@ from edgenlp_testing import (_once, export_tiny, session_dyn_task_dir, session_s
 RUNTIME_TESTS = Path(__file__).resolve().parents[1] / "runtime" / "tests"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``--dist loadgroup``), the tests that build or run the native runtime share one worker.
 
@@ -32,6 +33,22 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.path)).resolve()
         if (path.is_relative_to(RUNTIME_TESTS) or item.get_closest_marker("native") or item.get_closest_marker("cross")):
             item.add_marker(pytest.mark.xdist_group("native"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def lowering_cache(tmp_path_factory) -> Path:
+    """One lowering cache (edgenlp.export.lowering.LoweringCache) for every test process of the session.
+
+    Tests export the same tiny programs many times (a static bundle and a
+    dynamic bundle's static methods, a fixture's bundle re-exported through
+    the CLI): each program is lowered once. Tests of lowering itself turn it off.
+    """
+    from edgenlp.export.lowering import ENV_CACHE
+
+    base = tmp_path_factory.getbasetemp()
+    root = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "lowering-cache"
+    os.environ.setdefault(ENV_CACHE, str(root))
+    return Path(os.environ[ENV_CACHE])
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from edgenlp.export.graph import example_inputs, prepare
-from edgenlp.export.lowering import Lowering
+from edgenlp.export.lowering import Lowering, shared_provenance
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,8 @@ def to_pte(
             stages[f"torch_export_{seq}"] = time.perf_counter() - t
         if generate_etrecord:
             t = time.perf_counter()
-            edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
+            with shared_provenance():
+                edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
             stages["edge_lower_partition"] = time.perf_counter() - t
         else:
             edge, lower_stages = lowering.lower(programs)

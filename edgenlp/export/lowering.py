@@ -25,6 +25,7 @@ here instead, with a warning.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import logging
 import os
@@ -38,6 +39,61 @@ from typing import Mapping
 log = logging.getLogger(__name__)
 
 ENV_PROCESSES = "EDGENLP_LOWER_PROCESSES"  # overrides the automatic choice (1 = lower in this process only)
+ENV_CACHE = "EDGENLP_LOWERING_CACHE"  # a folder that keeps lowered methods for the next export of the same program
+
+
+class LoweringCache:
+    """Lowered methods kept in a folder, keyed by the exported program they were lowered from.
+
+    The key is a hash of the method's name, the ``torch.export`` archive of
+    its program (graph, weights, signature) and the torch and ExecuTorch
+    versions; the value is the lowered method in the serialized form helpers
+    hand back. Exporting the same program again (a resumed ``compress``, a
+    re-export with other ONNX settings, a test session's repeated tiny models)
+    then skips its lowering; a changed weight, shape or version is another key.
+    Entries are written to a temporary name and renamed, so processes may share
+    the folder. Off unless ``$EDGENLP_LOWERING_CACHE`` names a folder.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def from_env(cls) -> LoweringCache | None:
+        root = os.environ.get(ENV_CACHE, "").strip()
+        return cls(Path(root)) if root else None
+
+    def key(self, name: str, program) -> str:
+        import hashlib
+        from importlib.metadata import version
+
+        import torch
+
+        buf = io.BytesIO()
+        torch.export.save(program, buf)
+        h = hashlib.sha256(f"{name}\0{version('torch')}\0{version('executorch')}\0xnnpack\0".encode())
+        h.update(buf.getvalue())
+        return h.hexdigest()
+
+    def get(self, key: str):
+        path = self.root / f"{key}.edge"
+        if not path.is_file():
+            return None
+        try:
+            return _load_lowered(path)
+        except Exception as exc:  # a damaged entry is lowered again (and replaced)
+            log.warning("lowering cache entry %s unreadable (%s); lowering again", path.name, exc)
+            return None
+
+    def put(self, key: str, program) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            path = self.root / f"{key}.edge"
+            tmp = path.with_name(f"{key}.{os.getpid()}.tmp")
+            _save_lowered(program, tmp)
+            os.replace(tmp, path)
+        except OSError as exc:  # a full or read-only cache costs the next export time, never this one
+            log.warning("could not keep a lowered method in %s (%s)", self.root, exc)
 
 
 def usable_cores() -> int:
@@ -63,12 +119,38 @@ def resolve_processes(processes: int | None, methods: int) -> int:
     return max(1, min(processes, methods))
 
 
+@contextlib.contextmanager
+def shared_provenance():
+    """Within the block, node provenance records are shared between graphs, not deep-copied.
+
+    Every pass of the edge and XNNPACK pipelines re-creates each node, and
+    torch records where it came from (``node.meta["from_node"]``) by
+    deep-copying the whole chain of earlier records: work that grows with the
+    square of the number of passes, about 15% of a lowering. The records are
+    never changed once made (ExecuTorch only walks them, for debug handles), so
+    sharing them gives the same program, byte for byte
+    (``tests/export/test_lowering.py``), in less time.
+    """
+    import torch.fx.traceback as fx_traceback
+
+    cls = getattr(fx_traceback, "NodeSource", None)
+    if cls is None or "__deepcopy__" in vars(cls):  # another torch, or already inside the block
+        yield
+        return
+    cls.__deepcopy__ = lambda self, memo: self
+    try:
+        yield
+    finally:
+        del cls.__deepcopy__
+
+
 def _lower_one(name: str, program):
     """``program`` (an aten-dialect ExportedProgram) lowered alone: its edge-dialect ExportedProgram."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
 
-    return to_edge_transform_and_lower({name: program}, partitioner=[XnnpackPartitioner()]).exported_program(name)
+    with shared_provenance():
+        return to_edge_transform_and_lower({name: program}, partitioner=[XnnpackPartitioner()]).exported_program(name)
 
 
 def positional_args(graph_module) -> int:
@@ -230,6 +312,7 @@ class Lowering:
 
     def __init__(self, methods: int, processes: int | None = None) -> None:
         self.processes = resolve_processes(processes, methods)
+        self.cached = 0  # methods the last lower() took from the lowering cache
         self._helpers: list[_Helper] = []
 
     def __enter__(self) -> Lowering:
@@ -247,18 +330,44 @@ class Lowering:
         ``programs`` maps method names to ``torch.export`` programs, as
         ``to_edge_transform_and_lower`` takes them; ``stages`` holds the
         seconds spent (``edge_lower_partition`` in all). The result equals a
-        single ``to_edge_transform_and_lower(programs, ...)`` call.
+        single ``to_edge_transform_and_lower(programs, ...)`` call. Methods
+        found in the :class:`LoweringCache` (``$EDGENLP_LOWERING_CACHE``) are
+        taken from it (:attr:`cached` counts them).
         """
+        start = time.perf_counter()
+        cache = LoweringCache.from_env()
+        if cache is not None:
+            keys = {name: cache.key(name, program) for name, program in programs.items()}
+            kept = {name: got for name in programs if (got := cache.get(keys[name])) is not None}
+            todo = {name: program for name, program in programs.items() if name not in kept}
+            if kept:
+                log.info("lowering cache: %d of %d methods lowered before (%s)", len(kept), len(programs), cache.root)
+            if todo:
+                edge, stages = self._lower(todo, start)
+                fresh = {name: edge.exported_program(name) for name in todo}
+                for name, program in fresh.items():
+                    cache.put(keys[name], program)
+                kept.update(fresh)
+            else:
+                self.processes, stages = 1, {}
+            from executorch.exir import EdgeProgramManager
+
+            edge = EdgeProgramManager({name: kept[name] for name in programs})
+            self.cached = len(programs) - len(todo)
+            return edge, {**stages, "edge_lower_partition": time.perf_counter() - start}
+        return self._lower(programs, start)
+
+    def _lower(self, programs: Mapping[str, object], start: float):
         import torch
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
         from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
         names = list(programs)
-        start = time.perf_counter()
         helpers = self._helpers[: max(0, len(names) - 1)]
         if not helpers:
             self.processes = 1
-            edge = to_edge_transform_and_lower(dict(programs), partitioner=[XnnpackPartitioner()])
+            with shared_provenance():
+                edge = to_edge_transform_and_lower(dict(programs), partitioner=[XnnpackPartitioner()])
             return edge, {"edge_lower_partition": time.perf_counter() - start}
         self.processes = len(helpers) + 1
         groups = [names[i::self.processes] for i in range(self.processes)]  # this process takes groups[0]

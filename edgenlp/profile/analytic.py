@@ -8,7 +8,10 @@ quantization. The formulas applied to those dimensions are
 FLOPs count matrix multiplications only (2 per multiply-add, as
 :class:`torch.utils.flop_counter.FlopCounterMode` does; the head runs on the
 [CLS] token only), activation bytes are the sizes of each component's outputs
-summed over layers, at the element size of the word embeddings.
+summed over layers, at the element size of the word embeddings. A linear
+with a ``flop_density`` attribute (a block-sparse op's share of kept blocks,
+set by :func:`edgenlp.profile.api.apply_sparse_ops`) counts that share of
+its FLOPs.
 
 The classifier head (pooler + classifier) is in ``other``; the classic BERT
 table counts the pooler in its total, and the classifier (``H·L + L``
@@ -117,7 +120,8 @@ def analyze(model, *, seq_len: int, batch: int = 1) -> AnalyticProfile:
             row[comp].add_storage(subtree_storage(module))
             if part in LAYER_LINEARS:
                 fin, fout = _linear_dims(module)
-                row[comp].flops += arithmetic.linear_flops(fin, fout, tokens=b * s)
+                dense = arithmetic.linear_flops(fin, fout, tokens=b * s)
+                row[comp].flops += round(dense * getattr(module, "flop_density", 1.0))  # block-sparse: kept blocks
                 row[comp].activation_bytes += arithmetic.linear_activations(fin, fout, tokens=b * s) * act
             else:
                 row[comp].activation_bytes += b * s * hidden * act

@@ -109,7 +109,31 @@ def _bundle_model(bundle):
     with torch.device("meta"):
         model = EncoderClassifier(shape, len(bundle.labels), labels=bundle.labels)
     apply_weight_storage(model, bundle.recipe)
+    apply_sparse_ops(model, bundle.manifest.get("sparse"))
     return model.eval()
+
+
+def apply_sparse_ops(model, sparse: dict | None) -> None:
+    """Count the linears that run edgenlp's block-sparse ops as the ops run them (the manifest's ``sparse`` key).
+
+    Such a linear multiplies its kept blocks only (``flop_density``, read by
+    :func:`edgenlp.profile.analytic.analyze`) and stores them packed: its
+    parameters are the kept weights plus the bias, its bytes the packed
+    arrays' (``packed_bytes``), its format ``sparse-<precision>``.
+    """
+    from edgenlp.profile.storage import WeightStorage
+
+    modules = dict(model.named_modules())
+    for name, rec in ((sparse or {}).get("linears") or {}).items():
+        module = modules.get(name)
+        if module is None or not rec.get("op"):
+            continue
+        density = 1.0 - float(rec["sparsity"])
+        bias = module.bias.numel() if module.bias is not None else 0
+        storage = WeightStorage(f"sparse-{rec['precision']}", round(module.weight.numel() * density) + bias,
+                                int(rec["packed_bytes"]))
+        module.flop_density = density
+        module.weight_storage = lambda st=storage: st
 
 
 def apply_weight_storage(model, recipe) -> None:
@@ -270,7 +294,8 @@ def _shape_summary(model) -> dict:
 
 
 DEFINITIONS = {
-    "flops": "matrix-multiply FLOPs (multiply-add = 2), as torch.utils.flop_counter counts them; gathers, norms, softmax, activations count 0",
+    "flops": "matrix-multiply FLOPs (multiply-add = 2), as torch.utils.flop_counter counts them; gathers, norms, softmax, activations count 0; "
+    "a linear that runs edgenlp's block-sparse op counts its kept blocks only",
     "weight_bytes": "bytes of the weights at their stored precision (storage hook of edgenlp.profile.storage)",
     "activation_bytes": "bytes of each component's outputs summed over layers (attention core: probabilities + context)",
     "latency_ms": "component: its summed operator time averaged over the middle half of the profiled runs (ranked by run total), "

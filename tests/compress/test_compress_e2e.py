@@ -24,6 +24,11 @@ def quick_tiny(monkeypatch):
     from edgenlp.export import executorch as et
 
     monkeypatch.setattr(et, "default_buckets", lambda max_seq_len: tuple(b for b in (32,) if b < max_seq_len) + (max_seq_len,))
+    # Built bundles take the budget's length only (the product builds them to at least 128 tokens, which is one more
+    # bucket here: the tiny model's 64 positions).
+    from edgenlp.compress.pipeline import Compressor
+
+    monkeypatch.setattr(Compressor, "max_len", property(lambda self: self.budgets.seq_len))
 
 
 def test_compress_quick_end_to_end_and_resume(tmp_path, tiny_model_dir, tiny_task_dir, quick_tiny, monkeypatch, fake_calibrate):

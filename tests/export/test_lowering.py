@@ -26,14 +26,38 @@ def quantized_tiny():
     return model
 
 
-def test_two_processes_give_the_bytes_of_one(quantized_tiny):
-    one = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
-    two = to_pte(quantized_tiny, buckets=BUCKETS, processes=2)
+@pytest.fixture(autouse=True)
+def no_lowering_cache(monkeypatch):
+    """These tests lower the same programs again on purpose: the session's lowering cache is off for them."""
+    monkeypatch.delenv(lw.ENV_CACHE, raising=False)
+
+
+def test_two_processes_give_the_bytes_of_one(quantized_tiny, monkeypatch, tmp_path, caplog):
+    """... and so do shared node provenance (lowering.shared_provenance) and methods from the lowering cache."""
+    import contextlib
+
+    with monkeypatch.context() as m:
+        m.setattr(lw, "shared_provenance", contextlib.nullcontext)  # torch's own deep copies
+        one = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
+    monkeypatch.setenv(lw.ENV_CACHE, str(tmp_path / "cache"))
+    two = to_pte(quantized_tiny, buckets=BUCKETS, processes=2)  # lowers, and fills the cache
     assert one.lowering_processes == 1 and two.lowering_processes == 2
     assert two.manifest_entry()["lowering_processes"] == 2
     assert "lowering_handoff" in two.stages and "lowering_handoff" not in one.stages
     assert two.buffer == one.buffer
     assert [m.to_dict() for m in two.methods] == [m.to_dict() for m in one.methods]
+    entries = sorted((tmp_path / "cache").glob("*.edge"))
+    assert len(entries) == len(BUCKETS)
+    # From the cache: the same bytes, no lowering; a damaged entry is lowered again, with a warning, and replaced.
+    entries[0].write_bytes(b"not a lowered method")
+    with caplog.at_level(logging.WARNING, logger=lw.__name__):
+        three = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
+    assert three.buffer == one.buffer and any("unreadable" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=lw.__name__):
+        four = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
+    assert four.buffer == one.buffer
+    assert any(f"{len(BUCKETS)} of {len(BUCKETS)} methods lowered before" in r.getMessage() for r in caplog.records)
 
 
 def test_a_failed_helper_costs_time_not_the_export(monkeypatch, caplog):

@@ -135,3 +135,31 @@ def test_sparse_bundle_runs_the_ops_in_executorch_and_natively_and_dense_in_onnx
     np.testing.assert_allclose(logits["native"], logits["executorch"], atol=1e-5)
     if precision == "fp32":
         np.testing.assert_allclose(logits["onnx"], logits["executorch"], atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_profiler_counts_the_kept_blocks_of_sparse_linears(sparse_bundles, precision):
+    """The analytic rows count what the sparse ops compute and store; every other linear counts as before."""
+    from edgenlp.bundle import Bundle
+    from edgenlp.profile.analytic import analyze
+    from edgenlp.profile.api import _bundle_model
+
+    b = Bundle.open(sparse_bundles[precision])
+    sparse = b.manifest["sparse"]["linears"]
+    model = _bundle_model(b)
+    del b.manifest["sparse"]
+    dense_model = _bundle_model(b)  # the same bundle read as if every linear were dense
+    got, want = analyze(model, seq_len=16), analyze(dense_model, seq_len=16)
+    modules = dict(model.named_modules())
+    saved_flops = saved_params = 0
+    for name, rec in sparse.items():
+        if not rec["op"]:
+            continue
+        m = modules[name]
+        saved_flops += round(2 * 16 * m.in_features * m.out_features * rec["sparsity"])
+        saved_params += round(m.weight.numel() * rec["sparsity"])
+    assert want.total.flops - got.total.flops == pytest.approx(saved_flops, abs=len(sparse))
+    assert want.total.params - got.total.params == pytest.approx(saved_params, abs=len(sparse))
+    ffn = got.layers[0]["ffn"]  # ffn_in and ffn_out, both sparse: their packed arrays
+    assert ffn.formats == {"sparse-" + precision}
+    assert ffn.weight_bytes == sparse["layers.0.ffn_in"]["packed_bytes"] + sparse["layers.0.ffn_out"]["packed_bytes"]

@@ -33,6 +33,9 @@ def pytest_collection_modifyitems(config, items):
         path = Path(str(item.path)).resolve()
         if (path.is_relative_to(RUNTIME_TESTS) or item.get_closest_marker("native") or item.get_closest_marker("cross")):
             item.add_marker(pytest.mark.xdist_group("native"))
+    # runtime/tests first: their builds and bundles need nothing the other processes build, so the native
+    # process starts working at once instead of waiting for a session bundle (tiny, dynamic) another one is making.
+    items.sort(key=lambda item: not Path(str(item.path)).resolve().is_relative_to(RUNTIME_TESTS))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -60,8 +60,11 @@ fi
 case "$action" in
   setup) log "ready: source .venv/bin/activate" ;;
   run) exec .venv/bin/edgenlp compress --out out/compress "$@" ;;
-  # One test process per core (at most 4; pytest-xdist), the native-runtime tests together in one of them.
-  test) exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider --durations=25 \
-          -n "${EDGENLP_TEST_WORKERS:-auto}" --maxprocesses 4 --dist loadgroup "$@" ;;
+  # One test process per core plus one (at most 4; pytest-xdist): a test often waits on a subprocess (qemu, a
+  # native run, a build) or on an artifact another process is building, and the extra process uses that core.
+  # The native-runtime tests run together in one of them.
+  test) workers="${EDGENLP_TEST_WORKERS:-$(( $(nproc) + 1 ))}"
+        exec .venv/bin/python -m pytest -m "not slow" -q -p no:cacheprovider --durations=25 \
+          -n "$workers" --maxprocesses 4 --dist loadgroup "$@" ;;
   *) echo "error: unknown action '$action' (use run, test or nothing)" >&2; exit 2 ;;
 esac

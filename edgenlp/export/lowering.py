@@ -88,10 +88,7 @@ class LoweringCache:
     def put(self, key: str, program) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            path = self.root / f"{key}.edge"
-            tmp = path.with_name(f"{key}.{os.getpid()}.tmp")
-            _save_lowered(program, tmp)
-            os.replace(tmp, path)
+            _save_lowered(program, self.root / f"{key}.edge")
         except OSError as exc:  # a full or read-only cache costs the next export time, never this one
             log.warning("could not keep a lowered method in %s (%s)", self.root, exc)
 
@@ -187,9 +184,9 @@ def _save_lowered(program, path: Path) -> None:
 
     buf = io.BytesIO()
     serde.save(program, buf)
-    tmp = path.with_suffix(".part")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.part")  # processes sharing a cache folder never share a part
     tmp.write_bytes(buf.getvalue())
-    tmp.rename(path)
+    os.replace(tmp, path)
 
 
 def _load_lowered(path: Path):
@@ -335,6 +332,7 @@ class Lowering:
         taken from it (:attr:`cached` counts them).
         """
         start = time.perf_counter()
+        self.cached = 0
         cache = LoweringCache.from_env()
         if cache is not None:
             keys = {name: cache.key(name, program) for name, program in programs.items()}

@@ -87,7 +87,8 @@ PRUNE_REPORT_KEYS = ("method", "target_sparsity", "achieved", "dev_before", "dev
 
 def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], labels, task, prune_kwargs: Mapping[str, Any],
                     seq_len: int, seed: int, recovery: Mapping[str, Any] | None, dev_before: Mapping[str, Any] | None = None,
-                    device: str = "cpu", progress: bool = False, exits: Mapping[str, Any] | None = None) -> dict:
+                    device: str = "cpu", progress: bool = False, exits: Mapping[str, Any] | None = None,
+                    sparsify: Mapping[str, Any] | None = None) -> dict:
     """One candidate's pruning (and recovery distillation) as an executor task: the pruned model directory at ``out``.
 
     ``prune_kwargs`` are the prune config knobs of the measured budget;
@@ -97,24 +98,46 @@ def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], l
     report's ``dev_*`` are validation accuracies. ``exits`` (a
     :class:`~edgenlp.dynamic.config.DynamicConfig` as a dict) gives the pruned
     model early exits of its own, trained and calibrated as the exits stage
-    did for the unpruned one. Returns the report's :data:`PRUNE_REPORT_KEYS`
-    that it has (and ``exits``: the calibrated threshold and validation drop).
+    did for the unpruned one. ``sparsify`` (a
+    :class:`~edgenlp.prune.config.SparsifyConfig` as a dict) then zeroes the
+    candidate's ``block_sparsity`` of every encoder linear's blocks, distilling
+    from the model at ``model_dir`` (an unpruned candidate starts from it as
+    is). Returns the report's :data:`PRUNE_REPORT_KEYS` that it has (and
+    ``exits``: the calibrated threshold and validation drop; ``sparsify``: the
+    block pattern and its validation accuracy).
     """
     from edgenlp.models.registry import load_model
-    from edgenlp.prune import prune, prune_config
 
     dest = Path(out)
     _clear_stale(dest)
     model, info = load_model(model_dir, labels=list(labels))
-    method = candidate["prune_method"]
-    pcfg = prune_config(method, target_sparsity=float(candidate["sparsity"]), seq_len=seq_len, seed=seed, **dict(prune_kwargs))
-    res = prune(model, info, task, pcfg, device=device, progress=progress, dev_before=dict(dev_before) if dev_before else None)
-    if recovery is not None:
-        from edgenlp.prune.config import DistillConfig
-        from edgenlp.prune.recovery import recover
+    method = candidate.get("prune_method")
+    out: dict[str, Any] = {}
+    res = None
+    if method is not None:
+        from edgenlp.prune import prune, prune_config
 
-        res = recover(res, model, info, task, DistillConfig.from_dict(dict(recovery)), device=device, progress=progress)
-    out = {k: res.report[k] for k in PRUNE_REPORT_KEYS if k in res.report}
+        pcfg = prune_config(method, target_sparsity=float(candidate["sparsity"]), seq_len=seq_len, seed=seed,
+                            **dict(prune_kwargs))  # fmt: skip
+        res = prune(model, info, task, pcfg, device=device, progress=progress, dev_before=dict(dev_before) if dev_before else None)
+        if recovery is not None:
+            from edgenlp.prune.config import DistillConfig
+            from edgenlp.prune.recovery import recover
+
+            res = recover(res, model, info, task, DistillConfig.from_dict(dict(recovery)), device=device, progress=progress)
+        out = {k: res.report[k] for k in PRUNE_REPORT_KEYS if k in res.report}
+    if sparsify is not None:
+        from edgenlp.prune.config import SparsifyConfig
+        from edgenlp.prune.sparsity import sparsify as run_sparsify
+
+        student, student_info = (res.model, res.info) if res is not None else (model, info)
+        res = run_sparsify(student, student_info, task, SparsifyConfig.from_dict(dict(sparsify)), teacher=model,
+                           teacher_info=info, device=device, progress=progress)
+        d = res.report["distill"]
+        out["sparsify"] = {"block": res.report["block"], "mean_sparsity": res.report["mean_sparsity"],
+                           "dev_before": d["dev_before"], "dev_after": d["dev_after"], "seconds": res.report["wall_s"]}
+    if res is None:
+        raise ValueError(f"candidate {dict(candidate)} neither prunes nor sparsifies")
     if exits is None:
         res.save(dest)
         return out

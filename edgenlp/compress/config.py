@@ -44,6 +44,19 @@ class Preset:
     # the early exits compress may add (DynamicConfig knobs; --dynamic auto): exit heads after every layer, distilled
     # from the final classifier with the backbone frozen, the max-probability threshold calibrated on held-out rows
     exits: tuple[tuple[str, object], ...] = ()
+    # block sparsity compress may add (SparsifyConfig knobs, the sparsity aside): the budget the prior's
+    # block_sparsity rows were measured at (tools/bench/results/sparsify-accuracy.json); empty: none offered
+    sparsify: tuple[tuple[str, object], ...] = ()
+
+    def sparsify_config(self, sparsity: float, *, seed: int = 0):
+        """The :class:`~edgenlp.prune.config.SparsifyConfig` ``compress`` zeroes ``sparsity`` of the blocks with.
+
+        ``epochs`` is set high so that ``max_steps`` (part of the budget) bounds the run, as it did when the
+        prior's rows were measured.
+        """
+        from edgenlp.prune.config import SparsifyConfig
+
+        return SparsifyConfig(sparsity=sparsity, epochs=100.0, seed=seed, **dict(self.sparsify))
 
     def exits_config(self, *, max_drop: float, seed: int = 0):
         """The :class:`~edgenlp.dynamic.config.DynamicConfig` of the early exits ``compress`` offers the planner.
@@ -98,7 +111,14 @@ class Preset:
         return {k: v for k, v in self.prune_budget(method).items() if k in names}
 
     def prune_budget_map(self) -> dict[str, dict]:
-        return {m: self.prune_budget(m) for m in self.prune_methods}
+        """The budgets the accuracy prior's rows must have been measured at: per pruning method, and
+        ``sparsify`` for block sparsity (when the preset offers it)."""
+        from edgenlp.targets.prior import SPARSIFY
+
+        out = {m: self.prune_budget(m) for m in self.prune_methods}
+        if self.sparsify:
+            out[SPARSIFY] = dict(self.sparsify)
+        return out
 
 
 # The budgets tools/bench/prune.py measured (prune.json, prune-cofi-longer.json): fast and importance as the
@@ -118,6 +138,9 @@ _RECOVERY = (("train_limit", 8000), ("epochs", 2.0), ("max_steps", 300), ("max_s
 # 2,000 rows held out of them (rows the fine-tuning did not see where there are enough), at the fine-tune's length.
 _EXITS_QUICK = (("train_limit", 4000), ("val_rows", 1000), ("max_seq_len", 64))
 _EXITS_FULL = (("train_limit", 8000), ("val_rows", 2000), ("max_seq_len", 128))
+# Block sparsity (edgenlp sparsify) as tools/bench/sparsify_accuracy.py measured it: 1x4 blocks, 250 distillation
+# steps of 32 rows at length 64, lr 1e-4 (about 11 minutes on a 2-core CPU per sparsity).
+_SPARSIFY = (("block", "1x4"), ("max_steps", 250), ("batch_size", 32), ("max_seq_len", 64), ("lr", 1e-4))
 EXITS_SHARE_OF_DROP = 0.5
 EXITS_MIN_ROWS = 50  # fewer training rows than this: no exits are offered (nothing to calibrate a threshold on)
 
@@ -125,11 +148,11 @@ PRESETS: dict[str, Preset] = {
     "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
                     prune_methods=("fast",), prune_samples=512, prune_epochs=None,
                     schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE),
-                    recovery=_RECOVERY, exits=_EXITS_QUICK),
+                    recovery=_RECOVERY, exits=_EXITS_QUICK, sparsify=_SPARSIFY),
     "full": Preset("full", train_limit=None, max_steps=None, priming_steps=None, finetune_seq_len=128,
                    prune_methods=("fast", "cofi"), prune_samples=2048, prune_epochs=None,
                    schemes=("fp32", "int8", "int4", "mixed"), profile_runs=50, prune_budgets=(_FAST, _IMPORTANCE, _COFI_LONG),
-                   recovery=_RECOVERY, exits=_EXITS_FULL),
+                   recovery=_RECOVERY, exits=_EXITS_FULL, sparsify=_SPARSIFY),
 }
 OBJECTIVES = ("latency", "accuracy", "size")  # edgenlp.targets.planner.OBJECTIVES
 AUTO = "auto"

@@ -385,23 +385,27 @@ class Compressor:
 
     # -- stage 4: prune
     def prune_build(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build | None":
-        """The prune stage of ``cand`` as a build (``None`` when the plan prunes nothing)."""
-        if not cand.get("sparsity"):
+        """The prune stage of ``cand`` as a build (``None`` when the plan neither prunes nor sparsifies)."""
+        blocks = float(cand.get("block_sparsity") or 0.0)
+        if not cand.get("sparsity") and not blocks:
             return None
         from edgenlp.compress.build import prune_candidate
         from edgenlp.executor import Task
 
-        method = cand["prune_method"]
+        method = cand.get("prune_method")
         # recovery distillation after any pruning that does not distil by itself, at the budget the prior measured
-        recovery = self.preset.recovery_config(seed=self.config.seed) if self.preset.recovers_after(method) else None
+        recovery = (self.preset.recovery_config(seed=self.config.seed)
+                    if method is not None and self.preset.recovers_after(method) else None)  # fmt: skip
         stage = _stage_name("prune", attempt, slot)
         kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning,
-                  "prune_kwargs": self.preset.prune_kwargs(method),  # the budget the prior measured
+                  "prune_kwargs": self.preset.prune_kwargs(method) if method else {},  # the budget the prior measured
                   "seq_len": self.budgets.seq_len, "seed": self.config.seed,
                   "recovery": recovery.to_dict() if recovery is not None else None,
                   "dev_before": ft.result.get("val") or None, "device": self.device}
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
-                  "budget": self.preset.prune_budget(method), "recovery": kwargs["recovery"]}
+                  "budget": self.preset.prune_budget(method) if method else None, "recovery": kwargs["recovery"]}
+        if blocks:  # block sparsity under distillation from the fine-tuned model, at the budget the prior measured
+            kwargs["sparsify"] = inputs["sparsify"] = self.preset.sparsify_config(blocks, seed=self.config.seed).to_dict()
         if cand.get("exits"):  # the pruned model gets exits of its own, as the exits stage trained them
             kwargs["exits"] = inputs["exits"] = self._exits_used()
         return Build(stage, inputs, (ft, plan), "model",
@@ -583,7 +587,8 @@ class Compressor:
             # candidates pruned alike share one prune stage (the first slot's); with a parallel executor the
             # shortlist's prune stages, then its export stages, build at once
             firsts: dict[tuple, tuple[int, dict]] = {}
-            how = lambda c: (c.get("prune_method"), c.get("sparsity") or 0.0, bool(c.get("exits")))  # noqa: E731
+            how = lambda c: (c.get("prune_method"), c.get("sparsity") or 0.0, bool(c.get("exits")),  # noqa: E731
+                             c.get("block_sparsity") or 0.0)
             for slot, point in enumerate(shortlist, 1):
                 cand = point["candidate"]
                 firsts.setdefault(how(cand), (slot, cand))

@@ -34,7 +34,8 @@ def _bits_rank(bits) -> int:
 
 def aggressiveness(c: Mapping[str, Any]) -> tuple:
     return (float(c.get("sparsity") or 0.0), _bits_rank(c.get("bits", "fp32")), EMB_ORDER.index(c.get("embeddings"))
-            if c.get("embeddings") in EMB_ORDER else 0, int(bool(c.get("trim_vocab"))), int(bool(c.get("exits"))))
+            if c.get("embeddings") in EMB_ORDER else 0, int(bool(c.get("trim_vocab"))), int(bool(c.get("exits"))),
+            float(c.get("block_sparsity") or 0.0))
 
 
 def at_least_as_aggressive(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -94,9 +95,12 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     earlier run built and measured for this model and task) replace the
     prior's drop for those candidates. With ``exit_stats``
     (:class:`~edgenlp.targets.costmodel.ExitStats` measured for this model),
-    every candidate is offered with early exits too.
+    every candidate is offered with early exits too. Static fp32 / int8
+    candidates are also offered block-sparse at each fraction of zero blocks
+    the prior measured at the preset's ``sparsify`` budget, where the cost
+    model can price the sparse kernels on ``target``.
     """
-    from edgenlp.targets.planner import default_space, plan
+    from edgenlp.targets.planner import SPARSE_PRECISIONS, default_space, plan
     from edgenlp.targets.prior import AccuracyModel
 
     acc = AccuracyModel(budgets=preset.prune_budget_map())
@@ -108,8 +112,11 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     for m in methods:
         space += [c for c in default_space(prune_methods=(m,), schemes=preset.schemes, sparsities=acc.sparsities(m))
                   if c.prune_method == m]  # fmt: skip
+    blocks = acc.block_sparsities()  # block sparsity at the preset's sparsify budget, where the prior has rows
     if exit_stats is not None:
         space += [dataclasses.replace(c, exits=True) for c in space]
+    space += [dataclasses.replace(c, block_sparsity=b) for b in blocks for c in space
+              if not c.exits and c.bits in SPARSE_PRECISIONS]  # fmt: skip
     space = [c for c in space if not is_excluded(_cand(c), excluded)]
     if not space:
         from edgenlp.errors import EdgeNLPError
@@ -132,7 +139,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
             "estimated": bool(getattr(result, "estimated", True)), "excluded": excluded,
             "why": result.choice.to_dict() if result.choice else None,
             "prior": {"budgets": preset.prune_budget_map(), "methods_offered": methods,
-                      "methods_without_rows": unmeasured, "tolerance_points": round(acc.tolerance(max_drop), 4)},
+                      "methods_without_rows": unmeasured, "block_sparsities_offered": list(blocks),
+                      "tolerance_points": round(acc.tolerance(max_drop), 4)},
             "not_offered": len(result.not_offered), "latency_stat": budgets.latency_stat,
             "exit_stats": exit_stats.to_dict() if exit_stats is not None else None}
 

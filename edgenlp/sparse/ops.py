@@ -174,6 +174,31 @@ def pack_qc8w(q: np.ndarray, scale: np.ndarray, bias: np.ndarray | None,
     return PackedQC8W(n, k, bshape, row_start, col, values.astype(np.int8), s, rs, b)
 
 
+def packed_bytes(n: int, k: int, sparsity: float, precision: str, block: str | tuple[int, int] = "1x4") -> int:
+    """Bytes of the arrays :func:`pack_f32` (``precision`` ``"fp32"``) or :func:`pack_qc8w` (``"int8"``) write for an
+    ``n`` x ``k`` linear (with a bias) whose ``floor(sparsity x blocks)`` zero blocks are what
+    :func:`edgenlp.prune.sparsity.block_masks` drops.
+
+    Exact where a stored tile is one block (fp32, and int8 1x4 / 1x8); for int8 4x1, whose 4x4 tiles hold four
+    blocks, an upper bound (every kept block in a tile of its own). The cost model sizes candidates with it.
+    """
+    if not 0.0 <= sparsity < 1.0:
+        raise ValueError(f"sparsity must be in [0, 1), got {sparsity!r}")
+    bshape = parse_block(block)
+    if precision == "fp32":
+        rows, cols, value_bytes, per_row = bshape[0], bshape[1], 4, 4  # values; bias
+    elif precision == "int8":
+        rows, groups = qc8w_tile(bshape)
+        cols, value_bytes, per_row = 4 * groups, 1, 12  # int8 values; scale, row_sum, bias
+    else:
+        raise ValueError(f"sparse linears are fp32 or int8, got {precision!r}")
+    blocks = -(-n // bshape[0]) * -(-k // bshape[1])
+    kept_blocks = blocks - int(sparsity * blocks)
+    nrb, tiles = -(-n // rows), -(-n // rows) * -(-k // cols)
+    kept = min(tiles, kept_blocks)
+    return int(4 * (nrb + 1) + kept * (2 + rows * cols * value_bytes) + per_row * nrb * rows)
+
+
 def block_sparsity(weight: torch.Tensor | np.ndarray, block: str | tuple[int, int] = "1x4") -> float:
     """Fraction of ``block``-shaped blocks of ``weight`` [n][k] that are all zero."""
     rows, cols = parse_block(block)

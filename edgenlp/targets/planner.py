@@ -41,6 +41,7 @@ from edgenlp.targets.target import PRECISIONS, Budgets, Target
 log = logging.getLogger(__name__)
 
 PRUNE_METHODS = ("cofi", "fast", "importance")
+SPARSE_PRECISIONS = ("fp32", "int8")  # the block-sparse kernels' precisions (edgenlp.sparse)
 EMBEDDINGS = (None, "int8", "int4")
 TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2 train: ~0.45)
 
@@ -62,7 +63,11 @@ class Candidate(Config):
     ``embeddings`` None keeps the word embeddings fp32; ``trim_vocab`` drops
     vocabulary rows the task never uses; ``exits`` adds early exits after
     every layer (a dynamic bundle: its latency is a statistic over inputs,
-    priced from measured :class:`~edgenlp.targets.costmodel.ExitStats`).
+    priced from measured :class:`~edgenlp.targets.costmodel.ExitStats`);
+    ``block_sparsity`` zeroes that fraction of the 1x4 weight blocks of every
+    encoder linear (``sparsify``), which then run edgenlp's block-sparse ops:
+    fp32 or int8 linears only, and not with exits (a dynamic bundle's
+    segments run dense).
     """
 
     prune_method: str | None = None
@@ -71,6 +76,7 @@ class Candidate(Config):
     embeddings: str | None = None
     trim_vocab: bool = False
     exits: bool = False
+    block_sparsity: float = 0.0
 
     def __post_init__(self) -> None:
         if self.prune_method is not None and self.prune_method not in PRUNE_METHODS:
@@ -91,11 +97,22 @@ class Candidate(Config):
         for name in ("trim_vocab", "exits"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if not isinstance(self.block_sparsity, (int, float)) or not 0.0 <= self.block_sparsity < 1.0:
+            raise ValueError(f"block_sparsity must be in [0, 1), got {self.block_sparsity!r}")
+        if self.block_sparsity > 0:
+            per = (self.bits,) if isinstance(self.bits, str) else self.bits
+            if any(b not in SPARSE_PRECISIONS for b in per):
+                raise ValueError(f"block_sparsity needs {' or '.join(SPARSE_PRECISIONS)} linears (the sparse kernels' "
+                                 f"precisions), got bits {self.bits!r}")
+            if self.exits:
+                raise ValueError("block_sparsity and exits do not combine: a dynamic bundle's segments run dense")
 
     def to_dict(self) -> dict:
         d = super().to_dict()
         if not self.exits:  # a static candidate reads as it did before exits existed (plans, caches, manifests)
             d.pop("exits", None)
+        if not self.block_sparsity:  # likewise a dense one
+            d.pop("block_sparsity", None)
         return d
 
     @property
@@ -109,6 +126,7 @@ class Candidate(Config):
         bits = self.bits if isinstance(self.bits, str) else "/".join(self.bits)
         emb = f", emb {self.embeddings}" if self.embeddings else ""
         return (f"{prune}, {bits}{emb}" + (", trimmed vocab" if self.trim_vocab else "")
+                + (f", {self.block_sparsity:.0%} blocks zero" if self.block_sparsity else "")
                 + (", early exits" if self.exits else ""))
 
 
@@ -123,6 +141,7 @@ class SearchSpace(Config):
     trim_vocab: tuple[bool, ...] = (False, True)
     trimmed_vocab_size: int | None = None  # rows kept by trimming (from the task's data); None: TRIM_PRIOR of the vocabulary
     exclude: tuple[Candidate, ...] = ()
+    block_sparsities: tuple[float, ...] = (0.0,)  # fractions of zero 1x4 blocks (fp32 / int8 linears only)
 
     def __post_init__(self) -> None:
         bad = [m for m in self.methods if m not in PRUNE_METHODS]
@@ -136,6 +155,8 @@ class SearchSpace(Config):
         bad = [e for e in self.embeddings if e not in EMBEDDINGS]
         if bad:
             raise ValueError(f"embeddings must be among {EMBEDDINGS}, got {bad}")
+        if any(not 0.0 <= s < 1.0 for s in self.block_sparsities):
+            raise ValueError(f"block_sparsities must be in [0, 1), got {self.block_sparsities}")
         if self.trimmed_vocab_size is not None and self.trimmed_vocab_size < 1:
             raise ValueError(f"trimmed_vocab_size must be positive, got {self.trimmed_vocab_size}")
         object.__setattr__(self, "exclude", tuple(Candidate.from_dict(c) if isinstance(c, dict) else c for c in self.exclude))
@@ -148,9 +169,12 @@ class SearchSpace(Config):
             for bits in self.bits:
                 for e in self.embeddings:
                     for t in self.trim_vocab:
-                        c = Candidate(prune_method=m, sparsity=s, bits=bits, embeddings=e, trim_vocab=t)
-                        if c not in self.exclude and c not in out:
-                            out.append(c)
+                        for b in self.block_sparsities:
+                            if b > 0 and bits not in SPARSE_PRECISIONS:
+                                continue
+                            c = Candidate(prune_method=m, sparsity=s, bits=bits, embeddings=e, trim_vocab=t, block_sparsity=b)
+                            if c not in self.exclude and c not in out:
+                                out.append(c)
         return out
 
 
@@ -478,6 +502,7 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     if exit_stats is not None and len(exit_stats.reach) != shape.num_layers:
         raise ValueError(f"exit_stats has {len(exit_stats.reach)} layers, the model {shape.num_layers}")
     considered, not_offered = [], []
+    unpriced: dict[str, str] = {}  # why block-sparse candidates were not offered
     for c in candidates:
         # an exits candidate built and measured before has its own drop; otherwise its static drop plus the exits'
         own = accuracy_model.explain(c, num_layers=shape.num_layers) if c.exits else None
@@ -489,17 +514,27 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
             continue
         s = candidate_shape(shape, c, trimmed_vocab_size=trimmed)
         bits = resolve_bits(c.bits, shape.num_layers)
+        if c.block_sparsity:
+            why = next((w for p in set(layer_bits(_blank_shape(shape.num_layers), bits))
+                        for f, w in [cost_model.sparse_factor(p, c.block_sparsity)] if f is None), None)  # fmt: skip
+            if why is not None:  # the cost model cannot price its kernels here
+                not_offered.append(c)
+                unpriced.setdefault(why, c.label)
+                continue
         pred = cost_model.predict(s, bits=bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
-                                  num_labels=num_labels)  # fmt: skip
+                                  num_labels=num_labels, block_sparsity=c.block_sparsity)  # fmt: skip
         drop = prior.drop
         if c.exits:
             pred = exits_prediction(pred, exit_stats, statistic=budgets.latency_stat)
             if not own_measured:
                 drop = drop + max(0.0, float(exit_stats.drop))
         considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop), prior))
-    if not_offered:
-        log.info("not offered (no measured prior row): %d candidates, e.g. %s (%s)", len(not_offered), not_offered[0].label,
-                 accuracy_model.explain(not_offered[0], num_layers=shape.num_layers).note)  # fmt: skip
+    for why, label in unpriced.items():
+        log.info("block-sparse candidates not offered (e.g. %s): %s", label, why)
+    no_row = [c for c in not_offered if accuracy_model.explain(c.static, num_layers=shape.num_layers).basis == "unmeasured"]
+    if no_row:
+        log.info("not offered (no measured prior row): %d candidates, e.g. %s (%s)", len(no_row), no_row[0].label,
+                 accuracy_model.explain(no_row[0], num_layers=shape.num_layers).note)  # fmt: skip
     if not considered:
         why = " (every candidate excluded)" if not not_offered else " (the accuracy prior has no measured row for any candidate)"
         raise BudgetError(f"the search space for {target.name} is empty{why}")

@@ -7,7 +7,10 @@ never by hand) holds one row per measured point:
   (the prune config knobs that set how much data and training it spent), with
   the drop per task and their mean;
 * ``bits``, ``embeddings``, ``trim_vocab``: one quantization variant against
-  another, through the ExecuTorch bundle.
+  another, through the ExecuTorch bundle;
+* ``block_sparsity``: ``sparsify`` (block sparsity under distillation) at a
+  fraction of zero blocks, at the budget it was measured at, against the same
+  precision dense.
 
 :class:`AccuracyModel` composes a candidate's drop from those rows (drops
 add; per layer fewer bits never predict a smaller drop than more bits) and
@@ -39,6 +42,7 @@ from edgenlp.targets.target import PRECISIONS, targets_dir
 log = logging.getLogger(__name__)
 
 PRIOR_SCHEMA = "edgenlp.accuracy-prior/1"
+SPARSIFY = "sparsify"  # the ``budgets`` key of the block-sparsity rows' budget
 BASES = ("measured", "interpolated", "extrapolated", "unmeasured")  # from best to worst
 EMB_ORDER = ("int8", "int4")  # word-table schemes from more to fewer bits
 
@@ -93,12 +97,13 @@ class AccuracyModel:
         self.table = json.loads(json.dumps(table if table is not None else load_prior()))
         self.baseline = float(baseline)
         self.budgets = {m: dict(b) for m, b in budgets.items()} if budgets is not None else None
-        for kind in ("prune", "bits", "embeddings", "trim_vocab"):
+        for kind in ("prune", "bits", "embeddings", "trim_vocab", "block_sparsity"):
             self.table.setdefault(kind, [])
         for r in self.table["prune"]:
             if not {"method", "sparsity", "drop"} <= set(r) or not 0.0 < float(r["sparsity"]) < 1.0:
                 raise ValueError(f"accuracy prior: prune row {r} needs method, a sparsity in (0, 1) and drop")
         self._prune = self._select_budgets()
+        self._blocks = self._select_block_rows()
         self.measured_candidates: dict[str, dict] = {}  # candidate key -> {"drop", "source"}: whole candidates built and measured
 
     @staticmethod
@@ -141,6 +146,27 @@ class AccuracyModel:
                 out[method] = sorted(rows, key=lambda r: float(r["sparsity"]))
         return out
 
+    def _select_block_rows(self) -> list[dict]:
+        """The ``block_sparsity`` rows at the ``sparsify`` budget in use (``budgets["sparsify"]``; without budgets, the
+        budget with the most rows)."""
+        groups: dict[str, list[dict]] = {}
+        for r in self.table["block_sparsity"]:
+            groups.setdefault(json.dumps(r.get("budget", {}), sort_keys=True), []).append(r)
+        if self.budgets is not None:
+            want = self.budgets.get(SPARSIFY)
+            rows = groups.get(json.dumps(want, sort_keys=True), []) if want is not None else []
+        else:
+            rows = max(groups.values(), key=len) if groups else []
+        return sorted(rows, key=lambda r: float(r["block_sparsity"]))
+
+    def block_sparsities(self) -> tuple[float, ...]:
+        """The measured block sparsities at the ``sparsify`` budget in use (empty: none)."""
+        return tuple(float(r["block_sparsity"]) for r in self._blocks)
+
+    def block_budget(self) -> dict | None:
+        """The ``sparsify`` budget the block-sparsity rows in use were measured at (None: no rows)."""
+        return dict(self._blocks[0].get("budget", {})) if self._blocks else None
+
     def methods(self) -> tuple[str, ...]:
         """Pruning methods with measured rows at the budgets in use."""
         return tuple(sorted(self._prune))
@@ -157,7 +183,7 @@ class AccuracyModel:
     def rows(self) -> list[dict]:
         """Every row in use (pruning at the selected budgets, quantization), as stored."""
         out = [r for rows in self._prune.values() for r in rows]
-        return out + [r for k in ("bits", "embeddings", "trim_vocab") for r in self.table[k]]
+        return out + [r for k in ("bits", "embeddings", "trim_vocab") for r in self.table[k]] + list(self._blocks)
 
     def tolerance(self, bound: float | None = None) -> float:
         """The prior's own spread (points): mean |task drop - row drop| over rows measured on several tasks.
@@ -232,6 +258,25 @@ class AccuracyModel:
                 best = PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{scheme} word table")
         return best
 
+    def block_point(self, sparsity: float) -> PriorPoint:
+        """The drop of ``sparsity`` of every encoder linear's blocks zeroed by ``sparsify``: a measured row, or linear
+        between 0 and the measured rows; never extrapolated beyond the last (accuracy falls off quickly there)."""
+        if sparsity <= 0:
+            return PriorPoint(0.0, "measured")
+        if not self._blocks:
+            have = "no rows" if not self.table["block_sparsity"] else "no rows at this budget"
+            return PriorPoint(float("nan"), "unmeasured", (), f"block sparsity: {have}")
+        xs = [0.0] + [float(r["block_sparsity"]) for r in self._blocks]
+        ys = [0.0] + [float(r["drop"]) for r in self._blocks]
+        src = tuple(sorted({r["source"] for r in self._blocks}))
+        for r in self._blocks:
+            if abs(float(r["block_sparsity"]) - sparsity) < 1e-9:
+                return PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{sparsity:.0%} of blocks zero")
+        if sparsity > xs[-1]:
+            return PriorPoint(float("nan"), "unmeasured", (), f"block sparsity {sparsity:.0%}: beyond the measured {xs[-1]:.0%}")
+        return PriorPoint(float(np.interp(sparsity, xs, ys)), "interpolated", src,
+                          f"block sparsity {sparsity:.0%}: interpolated between measured sparsities")
+
     def trim_point(self, trim: bool) -> PriorPoint:
         if not trim:
             return PriorPoint(0.0, "measured")
@@ -255,8 +300,8 @@ class AccuracyModel:
         per = (bits_,) * num_layers if isinstance(bits_, str) else tuple(bits_)
         bits = [self.bits_point(b) for b in per]
         parts = [self.prune_point(candidate.prune_method, candidate.sparsity), self.embeddings_point(candidate.embeddings),
-                 self.trim_point(candidate.trim_vocab)]  # fmt: skip
-        drop = parts[0].drop + sum(b.drop for b in bits) / len(bits) + parts[1].drop + parts[2].drop
+                 self.trim_point(candidate.trim_vocab), self.block_point(float(getattr(candidate, "block_sparsity", 0.0)))]  # fmt: skip
+        drop = parts[0].drop + sum(b.drop for b in bits) / len(bits) + parts[1].drop + parts[2].drop + parts[3].drop
         basis = _worst(*(p.basis for p in parts + bits))
         sources = tuple(sorted({s for p in parts + bits for s in p.sources}))
         notes = "; ".join(p.note for p in parts if p.basis != "measured")

@@ -166,3 +166,48 @@ def test_a_candidate_that_fails_its_parity_check_is_reported_and_the_others_are_
         run([bad], fails=[bad])
     with pytest.raises(EdgeNLPError, match="no candidate of the shortlist was built"):
         run([bad, good], fails=[bad, good])
+
+
+def test_a_block_sparse_candidate_is_sparsified_at_the_measured_budget(tmp_path, calls, monkeypatch):
+    """An unpruned block-sparse candidate gets a prune stage of its own: sparsify only, at the preset's budget and seed."""
+    import edgenlp.prune.sparsity as sparsity
+
+    seen = []
+
+    class Result:
+        report = {"block": "1x4", "mean_sparsity": 0.7, "distill": {"dev_before": {}, "dev_after": {}}, "wall_s": 1.0}
+
+        def save(self, path):
+            Path(path).mkdir(parents=True)
+
+    monkeypatch.setattr(sparsity, "sparsify", lambda model, info, task, cfg, **k: seen.append((cfg, k["teacher"])) or Result())
+    c = _compressor(tmp_path, "quick")
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={"val": {"accuracy": 0.9}}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={"chosen": {"bits": "int8", "block_sparsity": 0.7}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    (cfg, teacher), = seen
+    assert cfg == c.preset.sparsify_config(0.7, seed=3) and teacher == "model"  # distilled from the fine-tuned model
+    assert not calls["prune"] and not calls["recover"]
+    assert rec.inputs["sparsify"] == cfg.to_dict() and rec.result["sparsify"]["mean_sparsity"] == 0.7
+    assert not rec.result["identity"]
+
+
+def test_prune_candidate_sparsifies_a_real_model(tmp_path, tiny_model_dir, tiny_task_dir):
+    """The build task itself: every encoder linear of the saved model has the candidate's block sparsity, and its
+    recipe says so (what export reads to run the sparse ops)."""
+    from edgenlp.compress.build import prune_candidate
+    from edgenlp.data.tasks import load_task
+    from edgenlp.models.registry import load_model
+    from edgenlp.prune.config import SparsifyConfig
+    from edgenlp.prune.sparsity import encoder_linears
+    from edgenlp.sparse.ops import block_sparsity
+
+    task = load_task(tiny_task_dir)
+    cfg = SparsifyConfig(sparsity=0.6, epochs=100.0, max_steps=3, batch_size=8, max_seq_len=16, threads=1)
+    out = prune_candidate(str(tiny_model_dir), str(tmp_path / "m"), candidate={"bits": "int8", "block_sparsity": 0.6},
+                          labels=task.labels, task=task, prune_kwargs={}, seq_len=16, seed=0, recovery=None,
+                          sparsify=cfg.to_dict())  # fmt: skip
+    model, info = load_model(tmp_path / "m")
+    linears = dict(model.named_modules())
+    assert all(block_sparsity(linears[n].weight, "1x4") >= 0.59 for n in encoder_linears(model))  # floor(0.6 x blocks)
+    assert info.recipe[-1].type == "sparsify" and out["sparsify"]["mean_sparsity"] >= 0.59

@@ -33,26 +33,23 @@ def no_lowering_cache(monkeypatch):
 
 
 def test_two_processes_give_the_bytes_of_one(quantized_tiny, monkeypatch, tmp_path, caplog):
-    """... and so do shared node provenance (lowering.shared_provenance) and methods from the lowering cache."""
+    """... with shared node provenance (lowering.shared_provenance) against torch's own deep copies, and with methods
+    from the lowering cache: a damaged entry is lowered again (one process), the other one taken from the cache."""
     import contextlib
 
-    with monkeypatch.context() as m:
-        m.setattr(lw, "shared_provenance", contextlib.nullcontext)  # torch's own deep copies
-        one = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
     monkeypatch.setenv(lw.ENV_CACHE, str(tmp_path / "cache"))
-    two = to_pte(quantized_tiny, buckets=BUCKETS, processes=2)  # lowers, and fills the cache
-    assert one.lowering_processes == 1 and two.lowering_processes == 2
-    assert two.manifest_entry()["lowering_processes"] == 2
-    assert "lowering_handoff" in two.stages and "lowering_handoff" not in one.stages
-    assert two.buffer == one.buffer
-    assert [m.to_dict() for m in two.methods] == [m.to_dict() for m in one.methods]
+    two = to_pte(quantized_tiny, buckets=BUCKETS, processes=2)  # shared provenance; lowers, and fills the cache
+    assert two.lowering_processes == 2 and two.manifest_entry()["lowering_processes"] == 2
+    assert "lowering_handoff" in two.stages
     entries = sorted((tmp_path / "cache").glob("*.edge"))
     assert len(entries) == len(BUCKETS)
-    # From the cache: the same bytes; a damaged entry is lowered again, with a warning, and the other one is taken.
     entries[0].write_bytes(b"not a lowered method")
-    with caplog.at_level(logging.INFO, logger=lw.__name__):
-        three = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
-    assert three.buffer == one.buffer
+    with monkeypatch.context() as m, caplog.at_level(logging.INFO, logger=lw.__name__):
+        m.setattr(lw, "shared_provenance", contextlib.nullcontext)  # torch's own deep copies
+        one = to_pte(quantized_tiny, buckets=BUCKETS, processes=1)
+    assert one.lowering_processes == 1 and "lowering_handoff" not in one.stages
+    assert one.buffer == two.buffer
+    assert [m.to_dict() for m in one.methods] == [m.to_dict() for m in two.methods]
     messages = [r.getMessage() for r in caplog.records]
     assert any("unreadable" in m for m in messages) and any(f"1 of {len(BUCKETS)} methods lowered before" in m for m in messages)
 

@@ -143,3 +143,29 @@ def test_a_malformed_sparse_header_fails_the_call_not_the_process(corrupt):
     buffer = _program(module, x)
     with pytest.raises(Exception):
         _run(buffer, x)
+
+
+@pytest.mark.parametrize("block", ["1x4", "1x8", "4x1"])
+def test_packed_bytes_is_what_packing_writes(block):
+    """The cost model's count of a sparse linear's bytes equals the arrays pack_f32 / pack_qc8w write (int8 4x1: a bound)."""
+    import numpy as np
+    from torch import nn
+
+    from edgenlp.prune.sparsity import block_masks
+    from edgenlp.sparse.ops import pack_f32, pack_qc8w, packed_bytes
+
+    torch.manual_seed(0)
+    for n, k in [(37, 53), (64, 96), (5, 9)]:
+        for s in (0.0, 0.5, 0.7, 0.93):
+            holder = nn.Module()
+            holder.lin = nn.Linear(k, n)
+            keep = block_masks(holder, s, block, ("lin",))["lin"]
+            w, b = (holder.lin.weight.detach() * keep).numpy(), holder.lin.bias.detach().numpy()
+            p = pack_f32(w, b, block)
+            assert sum(a.nbytes for a in (p.row_start, p.col, p.values, p.bias)) == packed_bytes(n, k, s, "fp32", block)
+            q = np.clip(np.round(w * 50), -127, 127)
+            q = np.where(keep.numpy(), np.where(q == 0, 1, q), 0).astype(np.int8)  # zero exactly where the mask is
+            pq = pack_qc8w(q, np.ones(n, np.float32), b, block)
+            got = sum(a.nbytes for a in (pq.row_start, pq.col, pq.values, pq.scale, pq.row_sum, pq.bias))
+            want = packed_bytes(n, k, s, "int8", block)
+            assert got == want if block != "4x1" else got <= want, (n, k, s, got, want)

@@ -70,9 +70,11 @@ def test_exits_win_on_the_mean_never_on_the_max():
     mean, worst = _plan("mean"), _plan("max")
     assert mean["chosen"].get("exits") is True and mean["latency_stat"] == "mean"
     assert "exits" not in worst["chosen"]  # at full depth exits only add their heads and calls
-    # every candidate is offered static and with exits; an exits candidate carries the exits' validation drop
-    static = [c for c in mean["considered"] if not c["candidate"].get("exits")]
-    assert len(mean["considered"]) == 2 * len(static)
+    # every dense candidate is offered static and with exits (a block-sparse one only static: a dynamic bundle's
+    # segments run dense); an exits candidate carries the exits' validation drop
+    dense = [c for c in mean["considered"] if not c["candidate"].get("exits") and not c["candidate"].get("block_sparsity")]
+    with_exits = [c for c in mean["considered"] if c["candidate"].get("exits")]
+    assert len(with_exits) == len(dense) and not any(c["candidate"].get("block_sparsity") for c in with_exits)
     twin = next(c for c in mean["considered"] if c["candidate"] == {**mean["chosen"], "exits": True})
     alone = next(c for c in mean["considered"] if c["candidate"] == {k: v for k, v in mean["chosen"].items() if k != "exits"})
     assert twin["predicted_drop"] == pytest.approx(alone["predicted_drop"] + SHALLOW.drop)

@@ -65,13 +65,27 @@ def _measured_quant(row: dict) -> dict[str, float]:
             if row["variant"] in v and row["against"] in v}  # fmt: skip
 
 
+def _measured_blocks(row: dict) -> dict[str, float]:
+    """The drop of ``sparsify`` at the row's block sparsity and budget: its int8 bundle against the teacher's."""
+    doc = _results(row)
+    out = {}
+    for r in doc["runs"]:
+        budget = {"block": r["block"], **{k: doc[k] for k in ("max_steps", "batch_size", "max_seq_len", "lr")}}
+        if abs(r["sparsity"] - row["block_sparsity"]) < 1e-9 and budget == row["budget"]:
+            assert r["mean_sparsity"] == pytest.approx(r["sparsity"], abs=1e-3)  # the pattern reached its target
+            out[doc["task"]] = 100.0 * (doc["teacher_bundle"]["dev"]["accuracy"] - r["bundle"]["dev"]["accuracy"])
+    return out
+
+
 def test_the_prior_has_no_unmeasured_rows():
     """Every row names a results file under tools/bench/results/ that holds its numbers; its drop is their mean."""
     prior = load_prior()
-    rows = [("prune", r) for r in prior["prune"]] + [(k, r) for k in ("bits", "embeddings", "trim_vocab") for r in prior[k]]
-    assert {k for k, _ in rows} == {"prune", "bits", "embeddings", "trim_vocab"}
+    rows = [("prune", r) for r in prior["prune"]] + [(k, r) for k in ("bits", "embeddings", "trim_vocab", "block_sparsity")
+                                                     for r in prior[k]]  # fmt: skip
+    assert {k for k, _ in rows} == {"prune", "bits", "embeddings", "trim_vocab", "block_sparsity"}
     for kind, row in rows:
-        found = _measured_prune(row) if kind == "prune" else _measured_quant(row)
+        found = (_measured_prune(row) if kind == "prune" else _measured_blocks(row) if kind == "block_sparsity"
+                 else _measured_quant(row))  # fmt: skip
         assert found, f"{row['source']} has no measurement for {row}"
         assert row["measured"].keys() == found.keys(), row
         for task, v in found.items():

@@ -18,7 +18,11 @@ the row's drop). No number is typed here: rerun this after a benchmark rerun.
 * quantization: ``quantize.json``: int8 and int4 linears against fp32, an
   int8 / int4 word table added to int8 / int4 linears, vocabulary trimming
   added to int4 linears with an int4 table; accuracy through the ExecuTorch
-  bundle.
+  bundle;
+* block sparsity: ``sparsify-accuracy.json`` (``tools/bench/sparsify_accuracy.py``):
+  ``sparsify`` at each fraction of zero blocks, the int8 bundle's dev accuracy
+  against the teacher's int8 bundle, at the budget it ran (block, steps,
+  batch, length, learning rate).
 
 A row's ``drop`` is the mean over the tasks it was measured on.
 
@@ -128,6 +132,32 @@ def quant_rows() -> list[dict]:
     return out
 
 
+SPARSIFY_FILE = "sparsify-accuracy.json"
+SPARSIFY_BUDGET_KEYS = ("max_steps", "batch_size", "max_seq_len", "lr")  # what the file records of the config it ran
+
+
+def block_rows() -> list[dict]:
+    """``block_sparsity`` rows: per (block, sparsity, budget), the int8 bundle's drop against the teacher's int8 bundle."""
+    path = RESULTS / SPARSIFY_FILE
+    if not path.is_file():
+        return []
+    docs = json.loads(path.read_text())
+    rows: dict[tuple, dict] = {}
+    for doc in docs if isinstance(docs, list) else [docs]:
+        teacher = float(doc["teacher_bundle"]["dev"]["accuracy"])
+        for r in doc["runs"]:
+            budget = {"block": r["block"], **{k: doc[k] for k in SPARSIFY_BUDGET_KEYS}}
+            key = (float(r["sparsity"]), json.dumps(budget, sort_keys=True))
+            row = rows.setdefault(key, {"block_sparsity": float(r["sparsity"]), "budget": budget, "measured": {},
+                                        "source": f"tools/bench/results/{SPARSIFY_FILE}"})
+            row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["bundle"]["dev"]["accuracy"])), 4)
+    out = []
+    for row in rows.values():
+        row["drop"] = round(sum(row["measured"].values()) / len(row["measured"]), 4)
+        out.append(row)
+    return sorted(out, key=lambda r: (json.dumps(r["budget"], sort_keys=True), r["block_sparsity"]))
+
+
 def build() -> dict:
     q = quant_rows()
     return {
@@ -141,11 +171,13 @@ def build() -> dict:
                   "more bits (int4 takes int8's drop when its own is smaller; likewise the int4 word table), since their "
                   "measured difference is within one run's noise. A pruning sparsity between two measured rows is "
                   "interpolated and one beyond them extrapolated, each labelled so in the plan; a method with no row at "
-                  "the budget asked for is not offered."),
+                  "the budget asked for is not offered. A block sparsity is interpolated between 0 and its measured "
+                  "rows, never extrapolated."),
         "prune": prune_rows(),
         "bits": [r for r in q if "bits" in r],
         "embeddings": [r for r in q if "embeddings" in r],
         "trim_vocab": [r for r in q if "trim_vocab" in r],
+        "block_sparsity": block_rows(),
     }
 
 

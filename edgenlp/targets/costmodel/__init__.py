@@ -64,6 +64,8 @@ the way to import them:
 ``tables``    :class:`CostTable` (``targets/*.costs.json``, ``*.measured.json``, the cache) and which table prices a target
 ``predict``   :class:`CostModel`: coefficients per precision and thread count, transfer to a device, :class:`Prediction`
 ``dynamic``   :func:`expected_latency` of a dynamic model (early exits, token pruning) from per-segment statistics
+``sparse``    the measured block-sparse : dense ratios (``targets/sparse-ratios.json``) that price block-sparse linears
+              (:meth:`CostModel.sparse_factor`) on the machine kind they were timed on, and nowhere else
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ from edgenlp.targets.costmodel.features import (COMPONENT_FEATURES, FEATURE_KIND
                                                 size_bytes, weight_bytes)  # fmt: skip
 from edgenlp.targets.costmodel.fitting import Observation, cross_validated_error, embedding_ratios, fit_coefficients
 from edgenlp.targets.costmodel.predict import DEFAULT_PARALLEL, DEFAULT_TOLERANCE, PEAK_EFFICIENCY, CostModel, Prediction
+from edgenlp.targets.costmodel.sparse import SPARSE_RATIOS_SCHEMA, linear_factor, load_sparse_ratios, sparse_ratio
 from edgenlp.targets.costmodel.tables import (TABLE_SCHEMA, CostTable, cache_dir, cost_table_sources, cpu_key, device_table_cache_path,
                                               device_table_file, host_table_file, host_table_path, key_digest, load_host_table,
                                               load_reference_table, reference_table_path)  # fmt: skip
@@ -86,5 +89,5 @@ __all__ = [
     "features", "fit_coefficients", "host_table_file",
     "host_table_path", "key_digest", "layer_bits", "load_host_table", "load_reference_table", "peak_memory_bytes", "reference_table_path", "resolve_mixed",
     "size_bytes", "weight_bytes", "STATISTICS", "SegmentStats", "expected_latency", "segment_stats_from_profile",
-    "ExitStats", "exit_latency",
+    "ExitStats", "exit_latency", "SPARSE_RATIOS_SCHEMA", "linear_factor", "load_sparse_ratios", "sparse_ratio",
 ]  # fmt: skip

@@ -74,6 +74,25 @@ def weight_bytes(fin: int, fout: int, precision: str, *, group_size: int = INT4_
     return float(arithmetic.linear_bytes(fin, fout, PRECISION_BITS[precision], group_size=group_size))
 
 
+def sparse_runs(precision: str, block_sparsity: float) -> bool:
+    """Whether a linear at ``precision`` with ``block_sparsity`` of its blocks zero runs edgenlp's block-sparse op in the
+    ExecuTorch program (:data:`edgenlp.sparse.convert.MIN_SPARSITY`: below it, export keeps the dense GEMM)."""
+    from edgenlp.sparse.convert import MIN_SPARSITY
+
+    return block_sparsity > 0 and precision in MIN_SPARSITY and block_sparsity >= MIN_SPARSITY[precision] - 1e-9
+
+
+def stored_linear_bytes(fin: int, fout: int, precision: str, *, block_sparsity: float = 0.0, group_size: int = INT4_GROUP,
+                        block: str = "1x4") -> float:  # fmt: skip
+    """:func:`weight_bytes`, or the packed arrays' bytes (:func:`edgenlp.sparse.ops.packed_bytes`) of a linear that runs
+    the block-sparse op."""
+    if fin * fout and sparse_runs(precision, block_sparsity):
+        from edgenlp.sparse.ops import packed_bytes
+
+        return float(packed_bytes(fout, fin, block_sparsity, precision, block))
+    return weight_bytes(fin, fout, precision, group_size=group_size)
+
+
 def features(shape: EncoderShape, *, seq_len: int, bits: Bits, num_labels: int = 2,
              group_size: int = INT4_GROUP) -> dict[tuple[str, str], dict[str, float]]:  # fmt: skip
     """``{(component, precision): {feature: value}}`` for one sequence of ``seq_len`` tokens (batch 1).
@@ -111,13 +130,16 @@ def features(shape: EncoderShape, *, seq_len: int, bits: Bits, num_labels: int =
     return out
 
 
-def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_labels: int = 2, group_size: int = INT4_GROUP) -> float:
+def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_labels: int = 2, group_size: int = INT4_GROUP,
+               block_sparsity: float = 0.0) -> float:
     """The model file's weight bytes (what dominates a bundle's size).
 
     The word table at ``embeddings`` (int4 with a scale per ``group_size``
     columns of each row), the rest of the embeddings and every norm in fp32,
     each layer's linears at its precision (a removed block keeps its output
-    bias), the head at the dominant precision as a pooler of the hidden width.
+    bias; with ``block_sparsity``, a linear that runs the block-sparse op
+    counts its packed arrays), the head at the dominant precision as a pooler
+    of the hidden width.
     """
     H = shape.hidden
     per = layer_bits(shape, bits)
@@ -126,6 +148,8 @@ def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_l
     total += FP32_BYTES * float(arithmetic.embedding_params(shape) - shape.vocab_size * H)  # positions, token types, norm
 
     def linear(fin: int, fout: int, prec: str) -> float:
+        if fin * fout and sparse_runs(prec, block_sparsity):
+            return stored_linear_bytes(fin, fout, prec, block_sparsity=block_sparsity)
         return float(arithmetic.linear_bytes(fin, fout, PRECISION_BITS[prec], group_size=group_size))
 
     for h, F, prec in zip(shape.heads, shape.ffn, per):
@@ -139,22 +163,34 @@ def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_l
 
 
 def peak_memory_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, seq_len: int, runtime: str,
-                      base_mb: float, num_labels: int = 2, group_size: int = INT4_GROUP) -> float:  # fmt: skip
-    """Resident peak: runtime base + file weights + packed copy of the linears + largest layer's activations."""
+                      base_mb: float, num_labels: int = 2, group_size: int = INT4_GROUP,
+                      block_sparsity: float = 0.0) -> float:  # fmt: skip
+    """Resident peak: runtime base + file weights + packed copy of the linears + largest layer's activations.
+
+    A block-sparse linear (ExecuTorch only: ONNX Runtime runs it dense) is read from the file as packed, and
+    not packed again.
+    """
     H, s = shape.hidden, seq_len
     per = layer_bits(shape, bits)
-    linear = 0.0
+    sparsity = block_sparsity if runtime != "onnx" else 0.0
+    linear = sparse = 0.0
     for h, F, prec in zip(shape.heads, shape.ffn, per):
         A = h * shape.head_dim
-        linear += 3 * weight_bytes(H, A, prec, group_size=group_size) + weight_bytes(A, H, prec, group_size=group_size)
-        linear += weight_bytes(H, F, prec, group_size=group_size) + weight_bytes(F, H, prec, group_size=group_size)
+        parts = 3 * stored_linear_bytes(H, A, prec, block_sparsity=sparsity, group_size=group_size)
+        parts += stored_linear_bytes(A, H, prec, block_sparsity=sparsity, group_size=group_size)
+        parts += stored_linear_bytes(H, F, prec, block_sparsity=sparsity, group_size=group_size)
+        parts += stored_linear_bytes(F, H, prec, block_sparsity=sparsity, group_size=group_size)
+        if sparse_runs(prec, sparsity):
+            sparse += parts
+        else:
+            linear += parts
     act_layer = max((4.0 * max(s * F, h * s * s + 3 * s * h * shape.head_dim) for h, F in zip(shape.heads, shape.ffn)), default=0.0)
     act = act_layer + 4.0 * 3 * s * H
     emb_rows = 4.0 * s * H
     if runtime == "onnx":  # the whole model is read into memory, then linears are prepacked
         file_bytes = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels, group_size=group_size)
         return base_mb * 2**20 + file_bytes + linear + act
-    return base_mb * 2**20 + 2 * linear + emb_rows + act
+    return base_mb * 2**20 + 2 * linear + sparse + emb_rows + act
 
 
 def bundle_precision(recipe, num_layers: int) -> tuple[Bits, str | None]:

@@ -347,12 +347,53 @@ class CostModel:
 
     # ---- prediction
 
+    def sparse_factor(self, precision: str, block_sparsity: float, *, block: str = "1x4") -> tuple[float | None, str]:
+        """(factor on the cost of linears at ``precision`` with ``block_sparsity`` of their blocks zero, why).
+
+        The factor is None where it is not known: int4 (no sparse kernel),
+        ONNX Runtime (it runs the linears dense: only the accuracy would
+        change), a target other than this machine, or a machine, block or
+        sparsity that ``targets/sparse-ratios.json`` did not measure (no
+        extrapolation). Below the sparsity at which export keeps the dense
+        GEMM (:data:`edgenlp.sparse.convert.MIN_SPARSITY`) the factor is 1.
+        """
+        from edgenlp.targets.costmodel.features import sparse_runs
+        from edgenlp.targets.costmodel.sparse import linear_factor, load_sparse_ratios, same_machine, sparse_ratio
+        from edgenlp.targets.costmodel.tables import cpu_key
+
+        if block_sparsity <= 0:
+            return 1.0, ""
+        if precision not in ("fp32", "int8"):
+            return None, f"{precision} linears have no block-sparse kernel"
+        if self.runtime != "executorch":
+            return None, f"{self.runtime} runs block-sparse linears dense"
+        if not sparse_runs(precision, block_sparsity):
+            return 1.0, f"{precision} linears at {block_sparsity:.0%} block sparsity stay dense (the dense GEMM is faster)"
+        doc = load_sparse_ratios()
+        if doc is None or doc.get("block") != block:
+            return None, f"no measured {block} sparse : dense ratios"
+        machine = f"{doc['machine'].get('cpu')} ({' '.join(doc['machine'].get('isa', []))})"
+        if not self.is_host or not same_machine(doc, cpu_key()):
+            return None, f"block-sparse kernels timed on {machine} only, not on {self.target.name}"
+        ratio = sparse_ratio(doc, precision, block_sparsity)
+        if ratio is None:
+            return None, f"{precision} at {block_sparsity:.0%} block sparsity: outside the measured sparsities"
+        fit = self._monotone_coefficients(precision, int(doc.get("threads", 1)))[0]
+        total = _model_cost(fit, precision, seq_len=int(doc["seq_len"]))
+        factor = linear_factor(ratio, total, _linear_cost(fit, precision, seq_len=int(doc["seq_len"]))[1])
+        return factor, (f"block-sparse {precision} linears at {block_sparsity:.0%}: x{factor:.2f} their dense cost "
+                        f"(x{ratio:.2f} the dense bundle end to end on {machine}, {doc['source']})")
+
     def predict(self, shape: EncoderShape, *, bits: Bits = "fp32", embeddings: str | None = None, seq_len: int = 128,
-                threads: int = 1, num_labels: int = 2, group_size: int = INT4_GROUP) -> Prediction:  # fmt: skip
+                threads: int = 1, num_labels: int = 2, group_size: int = INT4_GROUP,
+                block_sparsity: float = 0.0) -> Prediction:  # fmt: skip
         """Latency (ms), peak memory (MB) and model size (MB) of ``shape`` stored at ``bits`` on the target.
 
         ``group_size`` is the int4 weights' in-features per scale (what their
         stored bytes count; the fitted coefficients are those of the calibration).
+        ``block_sparsity`` is the fraction of 1x4 blocks zero in every encoder
+        linear: their cost takes :meth:`sparse_factor` (an error where it is
+        not known), their bytes the packed arrays'.
         """
         if embeddings not in (None, "fp32", "int8", "int4"):
             raise ValueError(f"embeddings must be None, 'int8' or 'int4', got {embeddings!r}")
@@ -362,6 +403,7 @@ class CostModel:
             raise ValueError(f"seq_len {seq_len} exceeds the model's {shape.max_positions} positions")
         feats = features(shape, seq_len=seq_len, bits=bits, num_labels=num_labels, group_size=group_size)
         coef_cache: dict[str, tuple[dict, bool, str]] = {}
+        sparse: dict[str, tuple[float | None, str]] = {}
         comps: dict[str, float] = {}
         estimated, bases = False, []
         for (comp, prec), row in feats.items():
@@ -370,14 +412,24 @@ class CostModel:
                 estimated |= coef_cache[prec][1]
                 bases.append(f"{prec}: {coef_cache[prec][2]}")
             coefs = coef_cache[prec][0][comp]
-            comps[comp] = comps.get(comp, 0.0) + sum(coefs[f] * v for f, v in row.items())
+            ms = sum(coefs[f] * v for f, v in row.items())
+            if block_sparsity > 0 and comp in LINEAR_COMPONENTS:
+                if prec not in sparse:
+                    sparse[prec] = self.sparse_factor(prec, block_sparsity)
+                    if sparse[prec][0] is None:
+                        raise EdgeNLPError(f"cannot price block sparsity on {self.target.name}: {sparse[prec][1]}")
+                    bases.append(sparse[prec][1])
+                ms *= sparse[prec][0]
+            comps[comp] = comps.get(comp, 0.0) + ms
         if embeddings in ("int8", "int4") and "embedding" in comps:
             ratio, basis = self.embedding_ratio(embeddings)
             comps["embedding"] *= ratio
             bases.append(basis)
-        size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels, group_size=group_size)
+        size = size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=num_labels, group_size=group_size,
+                          block_sparsity=block_sparsity)
         mem = peak_memory_bytes(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, runtime=self.runtime,
-                                base_mb=self.target.base_memory_mb, num_labels=num_labels, group_size=group_size)  # fmt: skip
+                                base_mb=self.target.base_memory_mb, num_labels=num_labels, group_size=group_size,
+                                block_sparsity=block_sparsity)  # fmt: skip
         runtime, borrowed = self._table_runtime(self.device_table or self.table)
         if borrowed:
             bases.append(f"no {self.runtime} rows in the table: {runtime} rows stand in")

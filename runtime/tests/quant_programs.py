@@ -123,8 +123,11 @@ def lower(model: nn.Module, inputs_by_method: dict[str, tuple], *, linears: str 
     for name, inputs in inputs_by_method.items():
         m = _int8_pt2e(model, inputs) if linears == "int8" else model
         programs[name] = _export(m, inputs)
-    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
-    return edge.to_executorch().buffer
+    from edgenlp.export.lowering import shared_provenance
+
+    with shared_provenance():  # the same program, in less time (tests/export/test_lowering.py)
+        edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()])
+        return edge.to_executorch().buffer
 
 
 def op_counts(pte: bytes) -> dict[str, int]:

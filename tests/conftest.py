@@ -14,7 +14,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # helpers pass processes= explicitly).
     os.environ.setdefault("EDGENLP_LOWER_PROCESSES", "1")
 
-from edgenlp_testing import (_once, export_tiny, session_dyn_task_dir, session_sparse_bundles, session_tiny_dynamic_bundle,
+from edgenlp_testing import (DYN_BUCKETS, _once, export_tiny, session_dyn_task_dir, session_sparse_bundles, session_tiny_dynamic_bundle,
                              session_tiny_dynamic_dir, session_tiny_ft_dir, tiny_model, write_task_dir)
 
 
@@ -111,7 +111,8 @@ def tiny_dynamic_bundle(tmp_path_factory, tiny_dynamic_dir, dyn_task_dir) -> Pat
 @pytest.fixture(scope="session")
 def tiny_static_bundle(tmp_path_factory, tiny_ft_dir, dyn_task_dir) -> Path:
     """The same base model exported as a plain static bundle."""
-    return _once(tmp_path_factory, "tiny-static", lambda: export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static"))
+    return _once(tmp_path_factory, "tiny-static", lambda: export_tiny(tmp_path_factory, tiny_ft_dir, dyn_task_dir, "tiny-static",
+                                                                      DYN_BUCKETS))
 
 
 @pytest.fixture(scope="session")

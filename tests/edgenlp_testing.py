@@ -53,7 +53,7 @@ def tiny_finetuned(labels=("neg", "pos"), *, seed=0):
 
 
 def dynamic_texts(n: int = 36, *, seed: int = 3) -> list[str]:
-    """``n`` made-up sentences of 1 to 28 words (3 to 30 tokens with [CLS]/[SEP]: every bucket of 8/16/32, odd and
+    """``n`` made-up sentences of 1 to 28 words (3 to 30 tokens with [CLS]/[SEP]: both buckets of 8/32, odd and
     even lengths), in the vocabulary of :func:`synthetic_sentiment`, for comparing dynamic runtimes."""
     import random
 
@@ -126,8 +126,11 @@ def _once(tmp_path_factory, name: str, build) -> Path:
     return path
 
 
-def export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) -> Path:
-    """``model_dir`` exported for ``task_dir`` into a session bundle folder ``name`` (both formats, buckets 8/16/32)."""
+DYN_BUCKETS = (8, 32)  # the dynamic and static session bundles: two buckets, so pruned tokens re-bucket (32 -> 8)
+
+
+def export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str, buckets: tuple[int, ...] = (8, 16, 32)) -> Path:
+    """``model_dir`` exported for ``task_dir`` into a session bundle folder ``name`` (both formats, ``buckets``)."""
     from edgenlp.data.tasks import load_task
     from edgenlp.export.api import ExportConfig, export_bundle
     from edgenlp.models.registry import load_model
@@ -135,7 +138,7 @@ def export_tiny(tmp_path_factory, model_dir: Path, task_dir: Path, name: str) ->
     data = load_task(task_dir)
     model, info = load_model(model_dir, labels=data.labels)
     out = tmp_path_factory.mktemp("bundles") / name
-    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=(8, 16, 32)))
+    export_bundle(model, info, out, task=data, config=ExportConfig(max_seq_len=32, buckets=buckets))
     return out
 
 
@@ -174,7 +177,8 @@ def session_tiny_dynamic_dir(tmp_path_factory) -> Path:
 def session_tiny_dynamic_bundle(tmp_path_factory) -> Path:
     """The dynamic model exported as a model directory is (through its recipe): segments in both formats."""
     return _once(tmp_path_factory, "tiny-dyn-bundle", lambda: export_tiny(
-        tmp_path_factory, session_tiny_dynamic_dir(tmp_path_factory), session_dyn_task_dir(tmp_path_factory), "tiny-dyn"))
+        tmp_path_factory, session_tiny_dynamic_dir(tmp_path_factory), session_dyn_task_dir(tmp_path_factory), "tiny-dyn",
+        DYN_BUCKETS))
 
 
 SPARSE_LINEARS = ("layers.0.query", "layers.0.ffn_in", "layers.0.ffn_out")

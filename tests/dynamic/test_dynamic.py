@@ -2,7 +2,7 @@
 
 The model is tiny and uneven (3 layers of 4, 2 and 3 heads: a pruned shape);
 its dynamic bundle has an exit after every layer and learned token thresholds,
-buckets 8/16/32, both formats.
+buckets 8/32 (edgenlp_testing.DYN_BUCKETS), both formats.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from edgenlp.bundle import Bundle
 from edgenlp.dynamic.rules import exit_fires
 from edgenlp.run.base import get_runner
 from edgenlp.run.dynamic import Settings, eager_runner, run_sentence
+from edgenlp_testing import DYN_BUCKETS
 
 RUNTIMES = ("executorch", "onnx")
 TOL = 1e-4  # the fp32 export tolerance
 
-# Odd token counts (with [CLS]/[SEP]) that cross the 8/16 buckets, so pruning re-buckets.
+# Odd token counts (with [CLS]/[SEP]) on both sides of the 8-token bucket, so pruning re-buckets.
 ODD = [
     "great",
     "the film was really great and a story",
@@ -133,14 +134,14 @@ def test_each_segment_is_one_delegate_call_and_weights_are_stored_once(tiny_dyna
     d = b.manifest["dynamic"]
     methods = {m["name"]: m for m in d["pte"]["methods"]}
     segs = [name for s in d["segments"] for name in s["pte"].values()]
-    assert len(segs) == 3 * 3
+    assert len(segs) == 3 * len(DYN_BUCKETS)
     for name in segs:
         assert methods[name]["delegate_calls"] == 1 and methods[name]["non_delegated_ops"] == {}, methods[name]
     for name in d["embedding"]["pte"].values():  # the gather stays outside, as in the static program
         assert methods[name]["delegate_calls"] == 1
         assert set(methods[name]["non_delegated_ops"]) == {"aten.embedding.default"}
     # the static forward methods are all the static runtimes see
-    assert [m["name"] for m in b.manifest["artifacts"]["pte"]["methods"]] == ["forward_8", "forward_16", "forward_32"]
+    assert [m["name"] for m in b.manifest["artifacts"]["pte"]["methods"]] == [f"forward_{s}" for s in DYN_BUCKETS]
     static = Bundle.open(tiny_static_bundle).manifest["sizes"]["model.pte"]
     heads = sum(p.numel() * 4 for p in __import__("edgenlp.dynamic.api", fromlist=["x"]).load_dynamic(
         b.manifest["model"]["source"]).exit_heads.parameters())

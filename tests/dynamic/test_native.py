@@ -1,7 +1,7 @@
 """The native runtime on dynamic bundles: libedgenlp's segment loop against the Python ExecuTorch runner.
 
 Same tiny dynamic bundle as test_dynamic.py (3 layers, an exit after each, learned token
-thresholds, buckets 8/16/32). The native runtime must take the same decisions (exit layer,
+thresholds, buckets 8/32). The native runtime must take the same decisions (exit layer,
 tokens per layer) and return the same logits, through the C API, ``edgenlp-run``, the C example
 and ``edgenlp run/eval --runtime native``.
 """
@@ -70,7 +70,7 @@ def test_native_runs_segments_like_the_python_executorch_runner(runners):
         got, want = native.predict_details(TEXTS, **options), et.predict_details(TEXTS, **options)
         _same(got, want, what=name)
         layers |= {p.exit_layer for p in got}
-        rebucketed += sum(any((a > 16 >= b) or (a > 8 >= b) for a, b in zip(p.tokens, p.tokens[1:])) for p in got)
+        rebucketed += sum(any(a > 8 >= b for a, b in zip(p.tokens, p.tokens[1:])) for p in got)  # 32 -> 8
     assert layers == {1, 2, 3} and rebucketed >= 5, (layers, rebucketed)
 
 
@@ -198,16 +198,16 @@ def _hidden_32(b: Path) -> None:
 
 # name -> manifest edit; the native runtime must refuse the bundle at open with EDGENLP_ERR_BUNDLE
 DISAGREEING = {
-    "missing_method": _edit_dynamic(lambda d: d["segments"][1]["pte"].update({"16": "seg7_16"})),
+    "missing_method": _edit_dynamic(lambda d: d["segments"][1]["pte"].update({"32": "seg7_32"})),
     "other_outputs": _edit_dynamic(lambda d: _swap(d, (1, "8"), (2, "8"))),
     "embedding_is_a_segment": _edit_dynamic(lambda d: _swap(d, ("embedding", "32"), (0, "32"))),
-    "other_bucket": _edit_dynamic(lambda d: _swap(d, (0, "8"), (0, "16"))),
+    "other_bucket": _edit_dynamic(lambda d: _swap(d, (0, "8"), (0, "32"))),
     "other_hidden": _hidden_32,
     "duplicate_method": _edit_dynamic(lambda d: d["segments"][2]["pte"].update({"8": "seg1_8"})),
     "wrong_hidden": _edit_dynamic(lambda d: d.update(hidden=32)),
     "layers_gap": _edit_dynamic(lambda d: d["segments"][1].update(layers=[3, 3])),
     "exit_not_in_spec": _edit_dynamic(lambda d: d["spec"].update(exits=[2, 3])),
-    "bucket_missing": _edit_dynamic(lambda d: d["segments"][0]["pte"].pop("16")),
+    "bucket_missing": _edit_dynamic(lambda d: d["segments"][0]["pte"].pop("32")),
     "empty_section": _edit_dynamic(lambda d: d.clear()),
 }
 

@@ -138,3 +138,18 @@ def test_compress_offers_the_measured_block_sparsities(on_the_measured_machine):
     blocks = {c["candidate"].get("block_sparsity", 0.0) for c in doc["considered"]}
     assert blocks == {0.0, *acc.block_sparsities()} and doc["prior"]["block_sparsities_offered"] == list(acc.block_sparsities())
     assert not any(c["candidate"].get("block_sparsity") and c["candidate"]["bits"] not in ("fp32", "int8") for c in doc["considered"])
+
+
+def test_a_built_sparse_bundle_is_priced_as_its_recipe_says(on_the_measured_machine, sparse_bundles):
+    """predict_bundle reads the sparsify step: block-sparse where the kernels were timed, else dense and marked so."""
+    from edgenlp.bundle import Bundle
+    from edgenlp.models.encoder import EncoderShape
+
+    b = Bundle.open(sparse_bundles["int8"], verify=False)
+    shape = EncoderShape.from_dict(b.manifest["model"]["shape"])
+    host = CostModel.for_target(load_target("host"))
+    dense = host.predict(shape, bits="int8", seq_len=32, num_labels=len(b.labels))
+    got = host.predict_bundle(b, seq_len=32)
+    assert got.latency_ms < dense.latency_ms and "block-sparse int8 linears at 80%" in got.basis
+    phone = CostModel.for_target(load_target("pixel-7")).predict_bundle(b, seq_len=32)
+    assert phone.estimated and "priced dense" in phone.basis

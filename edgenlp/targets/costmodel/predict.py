@@ -6,7 +6,7 @@ See :mod:`edgenlp.targets.costmodel` for the model (features, fit, transfer, pre
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edgenlp.errors import EdgeNLPError
@@ -449,4 +449,16 @@ class CostModel:
         except (KeyError, TypeError, ValueError) as exc:
             raise EdgeNLPError(f"{b.path}/manifest.json: model.shape is missing or invalid ({exc})") from None
         bits, embeddings = bundle_precision(b.recipe, shape.num_layers)
-        return self.predict(shape, bits=bits, embeddings=embeddings, seq_len=seq_len, threads=threads, num_labels=len(b.labels))
+        kw = dict(bits=bits, embeddings=embeddings, seq_len=seq_len, threads=threads, num_labels=len(b.labels))
+        blocks = 0.0
+        for step in b.recipe or ():  # a sparsify step: block-sparse linears (the last one counts)
+            if getattr(step, "type", None) == "sparsify":
+                c = step.config.to_dict() if hasattr(step.config, "to_dict") else dict(step.config)
+                blocks = float(c.get("sparsity") or 0.0)
+        if blocks:
+            try:
+                return self.predict(shape, block_sparsity=blocks, **kw)
+            except EdgeNLPError as exc:  # kernels not timed here: the dense price, saying so
+                pred = self.predict(shape, **kw)
+                return replace(pred, estimated=True, basis=f"{pred.basis}; block-sparse linears priced dense ({exc})")
+        return self.predict(shape, **kw)

@@ -240,7 +240,7 @@ def inputs(tmp_path_factory, tiny_bundle, tiny_model_dir, tiny_task_dir, tiny_dy
         (paths[name] / "manifest.json").write_text(json.dumps(m))
         _rehash(paths[name])
 
-    dyn_copy("dyn_bundle_bad_program", lambda dyn: dyn["segments"][1]["pte"].update({"16": "seg7_16"}))
+    dyn_copy("dyn_bundle_bad_program", lambda dyn: dyn["segments"][1]["pte"].update({"32": "seg7_32"}))
     dyn_copy("dyn_bundle_bad_layers", lambda dyn: dyn["segments"][1].update(layers=[3, 3]))
     dyn_copy("dyn_bundle_bad_threshold", lambda dyn: (dyn["rule"].update(threshold=1.7), dyn["spec"].update(threshold=1.7)))
     paths["dyn_model_no_heads"] = shutil.copytree(tiny_dynamic_dir, d / "dyn_model_no_heads")

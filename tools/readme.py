@@ -217,9 +217,14 @@ def fresh_clone_setup(r: Results) -> str:
                                          ("main_job", "the main job (`bash tools/setup.sh run`)")) if d.get(f"{k}_s") is not None]
     timed = "; ".join(f"{label} {minsec(d[f'{k}_s'])} ({load_text(_step_load(d, k))})" for k, label in steps)
     cores = f", {d['cores']} cores" if d.get("cores") else ""
-    return paragraph(f"""
-        In a fresh clone (`tools/bench/results/fresh-clone.json`, {d['date']}, commit {str(d['commit'])[:12]}; {d['host']}{cores},
-        ISA flags {d['isa_flags']}), one step after the other: {timed}.""")
+    text = (f"In a fresh clone (`tools/bench/results/fresh-clone.json`, {d['date']}, commit {str(d['commit'])[:12]}; "
+            f"{d['host']}{cores}, ISA flags {d['isa_flags']}), one step after the other: {timed}.")
+    if r.has("fresh-clone-suite") and r("fresh-clone-suite").get("suite_s") is not None:
+        t = r("fresh-clone-suite")  # the suite alone, timed again after later changes
+        text += (f" The test suite alone, timed later in another fresh clone (`fresh-clone-suite.json`, {t['date']}, commit "
+                 f"{str(t['commit'])[:12]}; {t['host']}, ISA flags {t['isa_flags']}): set-up {minsec(t['setup_s'])}, "
+                 f"the suite {minsec(t['suite_s'])} ({load_text(_step_load(t, 'suite'))}).")
+    return paragraph(text)
 
 
 def fresh_clone_row(r: Results, key: str, what: str) -> str:

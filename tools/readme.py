@@ -223,7 +223,8 @@ def fresh_clone_setup(r: Results) -> str:
         t = r("fresh-clone-suite")  # the suite alone, timed again after later changes
         text += (f" The test suite alone, timed later in another fresh clone (`fresh-clone-suite.json`, {t['date']}, commit "
                  f"{str(t['commit'])[:12]}; {t['host']}, ISA flags {t['isa_flags']}): set-up {minsec(t['setup_s'])}, "
-                 f"the suite {minsec(t['suite_s'])} ({load_text(_step_load(t, 'suite'))}).")
+                 f"the suite {minsec(t['suite_s'])}, exit status {t['steps']['suite']['exit_status']} "
+                 f"({load_text(_step_load(t, 'suite'))}).")
     return paragraph(text)
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from edgenlp.config import Config
 from edgenlp.errors import EdgeNLPError
 from edgenlp.models.encoder import EncoderShape
+from edgenlp.sparse.convert import MIN_SPARSITY
 from edgenlp.targets.budget_message import closest_message
 from edgenlp.targets.costmodel import MINILM_L6, MIXED, Prediction, layer_bits, resolve_mixed
 from edgenlp.targets.prior import AccuracyModel, PriorPoint
@@ -41,7 +42,7 @@ from edgenlp.targets.target import PRECISIONS, Budgets, Target
 log = logging.getLogger(__name__)
 
 PRUNE_METHODS = ("cofi", "fast", "importance")
-SPARSE_PRECISIONS = ("fp32", "int8")  # the block-sparse kernels' precisions (edgenlp.sparse)
+SPARSE_PRECISIONS = tuple(MIN_SPARSITY)  # the block-sparse kernels' precisions (fp32, int8)
 EMBEDDINGS = (None, "int8", "int4")
 TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2 train: ~0.45)
 
@@ -515,8 +516,8 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         s = candidate_shape(shape, c, trimmed_vocab_size=trimmed)
         bits = resolve_bits(c.bits, shape.num_layers)
         if c.block_sparsity:
-            why = next((w for p in set(layer_bits(_blank_shape(shape.num_layers), bits))
-                        for f, w in [cost_model.sparse_factor(p, c.block_sparsity)] if f is None), None)  # fmt: skip
+            factors = [cost_model.sparse_factor(p, c.block_sparsity) for p in set(layer_bits(_blank_shape(shape.num_layers), bits))]
+            why = next((w for f, w in factors if f is None), None)
             if why is not None:  # the cost model cannot price its kernels here
                 not_offered.append(c)
                 unpriced.setdefault(why, c.label)

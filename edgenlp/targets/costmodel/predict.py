@@ -357,13 +357,21 @@ class CostModel:
         extrapolation). Below the sparsity at which export keeps the dense
         GEMM (:data:`edgenlp.sparse.convert.MIN_SPARSITY`) the factor is 1.
         """
+        if block_sparsity <= 0:
+            return 1.0, ""
+        key = (precision, float(block_sparsity), block)
+        cache = self.__dict__.setdefault("_sparse_factors", {})  # the planner asks once per candidate: read the file once
+        if key not in cache:
+            cache[key] = self._sparse_factor(precision, block_sparsity, block=block)
+        return cache[key]
+
+    def _sparse_factor(self, precision: str, block_sparsity: float, *, block: str) -> tuple[float | None, str]:
+        from edgenlp.sparse.convert import MIN_SPARSITY
         from edgenlp.targets.costmodel.features import sparse_runs
         from edgenlp.targets.costmodel.sparse import linear_factor, load_sparse_ratios, same_machine, sparse_ratio
         from edgenlp.targets.costmodel.tables import cpu_key
 
-        if block_sparsity <= 0:
-            return 1.0, ""
-        if precision not in ("fp32", "int8"):
+        if precision not in MIN_SPARSITY:
             return None, f"{precision} linears have no block-sparse kernel"
         if self.runtime != "executorch":
             return None, f"{self.runtime} runs block-sparse linears dense"

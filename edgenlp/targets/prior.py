@@ -207,18 +207,8 @@ class AccuracyModel:
         if not rows:
             have = "no rows" if method not in {r["method"] for r in self.table["prune"]} else "no rows at this budget"
             return PriorPoint(float("nan"), "unmeasured", (), f"{method}: {have}")
-        xs = np.asarray([0.0] + [float(r["sparsity"]) for r in rows])
-        ys = np.asarray([0.0] + [float(r["drop"]) for r in rows])
-        src = tuple(sorted({r["source"] for r in rows}))
-        for r in rows:
-            if abs(float(r["sparsity"]) - sparsity) < 1e-9:
-                return PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{method} {sparsity:.0%}")
-        if sparsity < xs[-1]:
-            return PriorPoint(float(np.interp(sparsity, xs, ys)), "interpolated", src,
-                              f"{method} {sparsity:.0%}: interpolated between measured sparsities")  # fmt: skip
-        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        return PriorPoint(float(ys[-1] + slope * (sparsity - xs[-1])), "extrapolated", src,
-                          f"{method} {sparsity:.0%}: extrapolated beyond the last measured {xs[-1]:.0%}")  # fmt: skip
+        return _curve_point(rows, "sparsity", sparsity, measured=f"{method} {sparsity:.0%}", about=f"{method} {sparsity:.0%}",
+                            extrapolate=True)
 
     def prune_drop(self, method: str | None, sparsity: float) -> float:
         return self.prune_point(method, sparsity).drop
@@ -266,16 +256,8 @@ class AccuracyModel:
         if not self._blocks:
             have = "no rows" if not self.table["block_sparsity"] else "no rows at this budget"
             return PriorPoint(float("nan"), "unmeasured", (), f"block sparsity: {have}")
-        xs = [0.0] + [float(r["block_sparsity"]) for r in self._blocks]
-        ys = [0.0] + [float(r["drop"]) for r in self._blocks]
-        src = tuple(sorted({r["source"] for r in self._blocks}))
-        for r in self._blocks:
-            if abs(float(r["block_sparsity"]) - sparsity) < 1e-9:
-                return PriorPoint(float(r["drop"]), "measured", (r["source"],), f"{sparsity:.0%} of blocks zero")
-        if sparsity > xs[-1]:
-            return PriorPoint(float("nan"), "unmeasured", (), f"block sparsity {sparsity:.0%}: beyond the measured {xs[-1]:.0%}")
-        return PriorPoint(float(np.interp(sparsity, xs, ys)), "interpolated", src,
-                          f"block sparsity {sparsity:.0%}: interpolated between measured sparsities")
+        return _curve_point(self._blocks, "block_sparsity", sparsity, measured=f"{sparsity:.0%} of blocks zero",
+                            about=f"block sparsity {sparsity:.0%}", extrapolate=False)
 
     def trim_point(self, trim: bool) -> PriorPoint:
         if not trim:
@@ -342,3 +324,25 @@ class AccuracyModel:
     def to_dict(self) -> dict:
         return {"baseline": self.baseline, "budgets": self.budgets, "tolerance_points": round(self.tolerance(), 4),
                 "rows": self.rows()}  # fmt: skip
+
+
+def _curve_point(rows: list[dict], key: str, x: float, *, measured: str, about: str, extrapolate: bool) -> PriorPoint:
+    """The drop at ``x`` on a measured curve: ``rows`` sorted by ``key``, each with a ``drop``, and 0 at 0.
+
+    A row at ``x`` is measured (noted ``measured``); between rows the drop is
+    linear; beyond the last row it follows the last segment (``extrapolate``)
+    or is unmeasured. ``about`` starts the other notes.
+    """
+    for r in rows:
+        if abs(float(r[key]) - x) < 1e-9:
+            return PriorPoint(float(r["drop"]), "measured", (r["source"],), measured)
+    xs = np.asarray([0.0] + [float(r[key]) for r in rows])
+    ys = np.asarray([0.0] + [float(r["drop"]) for r in rows])
+    src = tuple(sorted({r["source"] for r in rows}))
+    if x < xs[-1]:
+        return PriorPoint(float(np.interp(x, xs, ys)), "interpolated", src, f"{about}: interpolated between measured sparsities")
+    if not extrapolate:
+        return PriorPoint(float("nan"), "unmeasured", (), f"{about}: beyond the measured {xs[-1]:.0%}")
+    slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+    return PriorPoint(float(ys[-1] + slope * (x - xs[-1])), "extrapolated", src,
+                      f"{about}: extrapolated beyond the last measured {xs[-1]:.0%}")

@@ -1493,7 +1493,7 @@ def dynamic(r: Results) -> str:
     return "\n\n".join([
         bench.results_table(doc),
         bullets(notes),
-        paragraph(f"""Host: {h.get('cpu_model', 'not recorded')}, {h.get('cpu_count')} cores shared with other jobs,
+        paragraph(f"""Host: {h.get('cpu_model', 'not recorded')}, {h.get('cpu_count')} cores,
                   ISA flags {h.get('isa_flags')}; load average (1/5/15 min) {loads};
                   {doc['cases'][next(iter(cases))]['n']} dev rows, {doc['cases'][next(iter(cases))]['rounds']} rounds
                   (`tools/bench/results/dynamic.md`, curves of every rule in `dynamic.png`)."""),

@@ -510,9 +510,12 @@ def export_bundle(
             manifest["dynamic"]["parity"] = seg.check_segment_parity(
                 tmp, policy.reference_model(model), formats=config.formats, texts=texts, tokenizer=tokenizer,
                 max_len=config.max_seq_len, tolerances={rt: p["tolerance"] for rt, p in manifest["parity"].items()},
-                id_map=vocab_map)
+                id_map=vocab_map, policy=policy, rounding_model=(policy.rounding_reference(model) if policy.rounding_reference
+                                                                 is not None and config.parity_tolerance is None else None))
             failures += [f"{rt} segments max |diff| {max(p['exit_logits_max_abs_diff'], p['importance_max_abs_diff']):.2e}"
-                         f" > {p['tolerance']:.0e}" for rt, p in manifest["dynamic"]["parity"].items() if not p["passed"]]
+                         f" (limit {p['tolerance']:.2e})" + (f", exit logits RMS {p['exit_logits_rms_diff']:.2e} (limit "
+                                                             f"{p['exit_bound']['rms_limit']:.2e})" if "exit_logits_rms_diff" in p else "")
+                         for rt, p in manifest["dynamic"]["parity"].items() if not p["passed"]]
         if failures:
             raise ParityError(f"export parity failed ({'; '.join(failures)}); nothing written to {out_dir}")
         stages["total"] = time.perf_counter() - wall0

@@ -16,7 +16,8 @@ static bundle (``forward_<S>`` methods, ``model.onnx``) plus:
 :func:`check_segment_parity` is export's check of the segments: with exits
 and token pruning off, every exit's logits and every layer's importance
 through each runtime against the eager segments, at the static parity
-tolerance; the free-running decisions against the eager reference are
+tolerance (for a quantized model, or the exit logits' own activation-rounding
+bound where it is larger); the free-running decisions against the eager reference are
 reported (the same exit and tokens on how many sentences), not gated.
 """
 
@@ -231,15 +232,27 @@ def _chain_reference(model, token_ids) -> list:
                          trace=True) for ids in token_ids]
 
 
+def _rms_diff(a: list, b: list) -> float:
+    """RMS over sentences, exits and classes of the exit logits' difference between two traced chains."""
+    d = [np.asarray(r.exit_logits[k]) - np.asarray(g.exit_logits[k]) for r, g in zip(a, b) for k in r.exit_logits]
+    return float(np.sqrt(np.mean(np.concatenate([x.ravel() for x in d]) ** 2))) if d else 0.0
+
+
 def _max_diff(a: dict, b: dict) -> float:
     return max((float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a), default=0.0)
 
 
 def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_len: int, tolerances: dict,
-                         id_map=None) -> dict:
+                         id_map=None, policy=None, rounding_model=None) -> dict:
     """Per runtime: the segments' outputs against the eager segments (gated), and the decisions (reported).
 
     ``tolerances`` maps runtime -> the max |diff| allowed (the static parity's).
+    For a quantized model, ``rounding_model`` (``policy.rounding_reference``
+    of it: activations left unrounded) gives the exit logits' own
+    activation-rounding error, and ``policy.bound`` turns it into their own
+    limit, as it does for the final logits: an exit head sharper than the
+    final classifier carries a larger rounding error, which a correct kernel
+    reproduces. The gate is the larger of the two limits.
     """
     from edgenlp.bundle import FORMAT_RUNTIME
     from edgenlp.models.tokenizer import token_ids as tokenize
@@ -247,6 +260,14 @@ def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_le
 
     ids = [id_map.apply(x) if id_map is not None else x for x in tokenize(tokenizer, texts, max_len=max_len)]
     ref = _chain_reference(model, ids)
+    own_bound = None
+    if policy is not None and rounding_model is not None:
+        unrounded = _chain_reference(rounding_model, ids)
+        exit_rounding = max(_max_diff(r.exit_logits, u.exit_logits) for r, u in zip(ref, unrounded))
+        scale = max((float(np.abs(np.asarray(v)).max()) for r in ref for v in r.exit_logits.values()), default=1.0)
+        rounding_rms = _rms_diff(ref, unrounded)
+        own_bound = lambda runtime: policy.bound(runtime, reference_scale=scale, rounding_error=exit_rounding,  # noqa: E731
+                                                 rounding_rms=rounding_rms)
     free = eager_runner(model).backend
     out = {}
     for fmt in formats:
@@ -267,9 +288,17 @@ def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_le
                                  num_layers=runner.spec.num_layers)
                 same += a.exit_layer == b.exit_layer and a.tokens == b.tokens
         tol = tolerances[runtime]
-        out[runtime] = {"exit_logits_max_abs_diff": logit_diff, "importance_max_abs_diff": imp_diff, "tolerance": tol,
-                        "samples": len(ids), "same_decisions": same,
-                        "passed": logit_diff <= tol and imp_diff <= max(tol, 1e-4)}
+        bound = own_bound(runtime) if own_bound is not None else None
+        out[runtime] = {"exit_logits_max_abs_diff": logit_diff, "importance_max_abs_diff": imp_diff,
+                        "tolerance": max(tol, bound["tolerance"]) if bound else tol, "samples": len(ids),
+                        "same_decisions": same}
+        passed = logit_diff <= out[runtime]["tolerance"] and imp_diff <= max(tol, 1e-4)
+        if bound:
+            out[runtime]["exit_bound"] = bound
+            if "rms_limit" in bound:  # a systematic defect moves every sentence's exit logits
+                out[runtime]["exit_logits_rms_diff"] = _rms_diff(ref, got)
+                passed = passed and out[runtime]["exit_logits_rms_diff"] <= bound["rms_limit"]
+        out[runtime]["passed"] = passed
         log.info("segment parity %s: exit logits %.2e, importance %.2e; same decisions on %d/%d", runtime, logit_diff,
                  imp_diff, same, len(ids))
     return out

@@ -187,3 +187,51 @@ def test_quantized_base_lowers_to_one_delegate_call_per_segment(tiny_dynamic_dir
     assert all(m["delegate_calls"] == 1 and m["delegated_linears"].get("int8", 0) >= 4 for m in seg), seg
     assert d["parity"]["executorch"]["passed"]
     assert Bundle.open(b.path).dynamic.spec == load_dynamic(tiny_dynamic_dir).spec
+
+
+@pytest.mark.slow
+def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, tmp_path):
+    """An exit head 30x sharper than the final classifier carries 30x the activation-rounding error: the int8
+    segments reproduce it, and the segment gate's limit is that head's own bound, not the final logits'."""
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+
+    import shutil
+
+    from edgenlp.dynamic.api import write_dynamic
+
+    sharp = shutil.copytree(tiny_dynamic_dir, tmp_path / "sharp")
+    dyn = load_dynamic(sharp)
+    first = str(dyn.spec.exits[0])
+    with torch.no_grad():
+        dyn.exit_heads[first].classifier.weight.mul_(30.0)
+    write_dynamic(sharp, dyn)
+    model, info = load_model(sharp)
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+    b = export_bundle(qmodel, qinfo, tmp_path / "q", config=ExportConfig(formats=("pte",), max_seq_len=16, buckets=(16,)))
+    p = b.manifest["dynamic"]["parity"]["executorch"]
+    static_tol = b.manifest["parity"]["executorch"]["tolerance"]
+    assert p["passed"] and p["exit_bound"]["applied"] == "activation-rounding"
+    assert p["tolerance"] == p["exit_bound"]["tolerance"] > static_tol
+    assert p["exit_logits_rms_diff"] <= p["exit_bound"]["rms_limit"]
+
+    # A lowering that moved that exit's logits (its bias, by twice the limit) still fails the gate.
+    import copy
+
+    from edgenlp.export.segments import check_segment_parity
+    from edgenlp.models.tokenizer import build_tokenizer
+    from edgenlp.quantize.rounding import without_activation_rounding
+    from edgenlp.recipe import parity_policy
+
+    from edgenlp.export.segments import as_dynamic
+
+    policy = parity_policy(qinfo.recipe)
+    shifted = copy.deepcopy(policy.reference_model(as_dynamic(qmodel, qinfo, qinfo.recipe)))
+    with torch.no_grad():
+        shifted.exit_heads[first].classifier.bias[0] += 2 * p["tolerance"]
+    got = check_segment_parity(b.path, shifted, formats=("pte",), texts=["a fine film", "dull"],
+                               tokenizer=build_tokenizer(qinfo.vocab_file, qinfo.tokenizer), max_len=16,
+                               tolerances={"executorch": static_tol}, policy=policy,
+                               rounding_model=without_activation_rounding(shifted))["executorch"]
+    assert not got["passed"] and got["exit_logits_max_abs_diff"] > got["tolerance"]

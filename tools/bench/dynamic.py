@@ -93,7 +93,8 @@ def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> d
     from edgenlp.export.api import ExportConfig, export_bundle
     from edgenlp.models.registry import load_model
 
-    out = {}
+    record = work / case / "build.json"  # the seconds each artifact in this workdir took, kept beside them
+    out = json.loads(record.read_text()) if record.is_file() else {}
     model_dir = work / case / "model"
     if not (model_dir / "dynamic.json").is_file():
         model, info = load_model(teacher)
@@ -103,8 +104,10 @@ def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> d
         t0 = time.perf_counter()
         res = make_dynamic(model, info, data, cfg, device="cpu")
         res.save(model_dir)
-        out["train_seconds"] = round(time.perf_counter() - t0, 1)
+        out = {"train_seconds": round(time.perf_counter() - t0, 1)}  # a new model: earlier bundles' times are void
         log.info("%s: trained in %.0fs", case, out["train_seconds"])
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text(json.dumps(out, indent=1) + "\n")
     for variant in variants:
         bundle = work / case / f"bundle-{variant}"
         if (bundle / "manifest.json").is_file():
@@ -120,6 +123,7 @@ def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> d
                       config=ExportConfig(formats=("pte",), max_seq_len=spec["seq"], buckets=spec.get("buckets")))
         out[f"export_seconds_{variant}"] = round(time.perf_counter() - t0, 1)
         log.info("%s: exported %s in %.0fs", case, variant, out[f"export_seconds_{variant}"])
+        record.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -389,8 +393,9 @@ def main() -> None:
         entry["spec"] = {k: v for k, v in spec.items()}
         entry["teacher"] = teachers[spec["task"]]
         if args.stage in ("build", "all"):
-            entry.setdefault("build", {}).update(build(case, spec, Path(teachers[spec["task"]]), args.workdir, data,
-                                                       args.variants))
+            build(case, spec, Path(teachers[spec["task"]]), args.workdir, data, args.variants)
+        record = args.workdir / case / "build.json"  # the build of the bundles measured, never an earlier file's
+        entry["build"] = json.loads(record.read_text()) if record.is_file() else {}
         if args.stage in ("measure", "all"):
             limit = args.imdb_dev_limit if spec["task"] == "imdb" else args.dev_limit
             entry.update(measure(case, spec, args.workdir, data, args.variants, dev_limit=limit, rounds=args.rounds,

@@ -252,6 +252,15 @@ def check_parity(
     return out
 
 
+def _segment_failure(runtime: str, p: dict) -> str:
+    """One clause of the parity error for a runtime's segments."""
+    out = (f"{runtime} segments max |diff| {max(p['exit_logits_max_abs_diff'], p['importance_max_abs_diff']):.2e} "
+           f"(limit {p['tolerance']:.2e})")
+    if "exit_logits_rms_diff" in p:
+        out += f", exit logits RMS {p['exit_logits_rms_diff']:.2e} (limit {p['exit_bound']['rms_limit']:.2e})"
+    return out
+
+
 def _failure(runtime: str, p: dict) -> str:
     """One clause of the parity error: which limit a runtime's logits broke, and by how much."""
     out = []
@@ -507,15 +516,14 @@ def export_bundle(
                                           timings=stages)
         failures = [_failure(rt, p) for rt, p in manifest["parity"].items() if not p["passed"]]
         if dynamic:
+            # a quantized model's exit logits get their own rounding bound, unless --tolerance fixed the limit
+            unrounded = (policy.rounding_reference(model)
+                         if policy.rounding_reference is not None and config.parity_tolerance is None else None)
             manifest["dynamic"]["parity"] = seg.check_segment_parity(
                 tmp, policy.reference_model(model), formats=config.formats, texts=texts, tokenizer=tokenizer,
                 max_len=config.max_seq_len, tolerances={rt: p["tolerance"] for rt, p in manifest["parity"].items()},
-                id_map=vocab_map, policy=policy, rounding_model=(policy.rounding_reference(model) if policy.rounding_reference
-                                                                 is not None and config.parity_tolerance is None else None))
-            failures += [f"{rt} segments max |diff| {max(p['exit_logits_max_abs_diff'], p['importance_max_abs_diff']):.2e}"
-                         f" (limit {p['tolerance']:.2e})" + (f", exit logits RMS {p['exit_logits_rms_diff']:.2e} (limit "
-                                                             f"{p['exit_bound']['rms_limit']:.2e})" if "exit_logits_rms_diff" in p else "")
-                         for rt, p in manifest["dynamic"]["parity"].items() if not p["passed"]]
+                id_map=vocab_map, policy=policy, rounding_model=unrounded)
+            failures += [_segment_failure(rt, p) for rt, p in manifest["dynamic"]["parity"].items() if not p["passed"]]
         if failures:
             raise ParityError(f"export parity failed ({'; '.join(failures)}); nothing written to {out_dir}")
         stages["total"] = time.perf_counter() - wall0

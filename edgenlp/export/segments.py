@@ -16,9 +16,10 @@ static bundle (``forward_<S>`` methods, ``model.onnx``) plus:
 :func:`check_segment_parity` is export's check of the segments: with exits
 and token pruning off, every exit's logits and every layer's importance
 through each runtime against the eager segments, at the static parity
-tolerance (for a quantized model, or the exit logits' own activation-rounding
-bound where it is larger); the free-running decisions against the eager reference are
-reported (the same exit and tokens on how many sentences), not gated.
+tolerance or, for a quantized model, at the exit logits' own
+activation-rounding bound where that is larger; the free-running decisions
+against the eager reference are reported (the same exit and tokens on how
+many sentences), not gated.
 """
 
 from __future__ import annotations

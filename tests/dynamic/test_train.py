@@ -193,13 +193,17 @@ def test_quantized_base_lowers_to_one_delegate_call_per_segment(tiny_dynamic_dir
 def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, tmp_path):
     """An exit head 30x sharper than the final classifier carries 30x the activation-rounding error: the int8
     segments reproduce it, and the segment gate's limit is that head's own bound, not the final logits'."""
-    from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.quantize.api import quantize_model
-    from edgenlp.quantize.config import QuantizeConfig
-
+    import copy
     import shutil
 
     from edgenlp.dynamic.api import write_dynamic
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.export.segments import as_dynamic, check_segment_parity
+    from edgenlp.models.tokenizer import build_tokenizer
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.rounding import without_activation_rounding
+    from edgenlp.recipe import parity_policy
 
     sharp = shutil.copytree(tiny_dynamic_dir, tmp_path / "sharp")
     dyn = load_dynamic(sharp)
@@ -217,15 +221,6 @@ def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, 
     assert p["exit_logits_rms_diff"] <= p["exit_bound"]["rms_limit"]
 
     # A lowering that moved that exit's logits (its bias, by twice the limit) still fails the gate.
-    import copy
-
-    from edgenlp.export.segments import check_segment_parity
-    from edgenlp.models.tokenizer import build_tokenizer
-    from edgenlp.quantize.rounding import without_activation_rounding
-    from edgenlp.recipe import parity_policy
-
-    from edgenlp.export.segments import as_dynamic
-
     policy = parity_policy(qinfo.recipe)
     shifted = copy.deepcopy(policy.reference_model(as_dynamic(qmodel, qinfo, qinfo.recipe)))
     with torch.no_grad():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from edgenlp.utils import LineProgress, progress_display
 
 
@@ -44,3 +46,36 @@ def test_progress_display_off_a_terminal_is_plain_lines(monkeypatch):
 
     monkeypatch.setattr(sys, "stderr", Tty())
     assert progress_display(True, lambda: "rich bar") == "rich bar"
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["default", "quiet"])
+@pytest.mark.parametrize("verb, target, flag", [
+    ("finetune", "edgenlp.finetune.trainer.finetune", "show_progress"),
+    ("prune", "edgenlp.prune.api.prune", "progress"),
+    ("distill", "edgenlp.prune.recovery.distill", "progress"),
+    ("sparsify", "edgenlp.prune.sparsity.sparsify", "progress"),
+])
+def test_long_verbs_show_progress_in_a_log_unless_quiet(verb, target, flag, quiet, monkeypatch, tiny_ft_dir,
+                                                        dyn_task_dir, tmp_path):
+    """Redirected to a file (click's runner: stderr is not a terminal), the long verbs still ask for progress, which
+    :func:`edgenlp.utils.progress_display` then writes as plain lines; ``--quiet`` turns it off."""
+    from click.testing import CliRunner
+
+    from edgenlp.cli import main
+
+    asked = {}
+
+    def step(*args, **kwargs):
+        asked["progress"] = kwargs[flag]
+        raise _Stop
+
+    monkeypatch.setattr(target, step)
+    args = [verb, str(tiny_ft_dir), "--task", str(dyn_task_dir), "--out", str(tmp_path / "out")]
+    args += ["--teacher", str(tiny_ft_dir)] if verb == "distill" else []
+    r = CliRunner().invoke(main, args + (["--quiet"] if quiet else []))
+    assert isinstance(r.exception, _Stop), r.output
+    assert asked["progress"] is (not quiet)

@@ -117,3 +117,13 @@ def test_a_version_1_dict_of_an_unknown_method_or_field_is_refused():
         PruneConfig.from_dict({"type": "PruneConfig", "version": 1, "method": "fast", "sparsity": 0.5})
     with pytest.raises(ValueError, match="expected a CofiConfig dict"):
         CofiConfig.from_dict({"type": "PruneConfig", "version": 1, "method": "fast"})
+
+
+def test_a_version_1_quantize_step_reads_back_as_keeping_the_fp32_exit_threshold():
+    """Version 1 reused the fp32 model's exit threshold; version 2 calibrates it again unless told to keep it."""
+    from edgenlp.quantize.config import QuantizeConfig
+
+    steps = [s for f in FILES for s in recipe_from_list(_applied(f)) if s.type == "quantize"]
+    assert steps and all(s.config.exit_calibration == "fp32" for s in steps)
+    assert QuantizeConfig().exit_calibration == "quantized"
+    assert QuantizeConfig.from_dict(QuantizeConfig().to_dict()).exit_calibration == "quantized"

@@ -5,7 +5,6 @@ The options are the fields of :class:`~edgenlp.prune.config.DistillConfig`.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -53,7 +52,7 @@ def distill_cmd(ctx, student_dir, teacher_dir, task, data_dir, device, out_dir, 
     teacher, teacher_info = load_model(teacher_dir)
     mask_file = Path(student_dir) / "masks.json"
     masks = MaskDict.load(mask_file) if mask_file.is_file() else None
-    show = not quiet and sys.stderr.isatty()
+    show = not quiet  # a bar on a terminal, plain progress lines in a log (edgenlp.utils.progress_display)
     result = distill(student, info, teacher, data, config, teacher_info=teacher_info, masks=masks, device=device,
                      progress=show)
     out = result.save(out_dir)

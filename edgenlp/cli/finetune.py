@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 
 import click
 
@@ -136,7 +135,7 @@ def finetune_cmd(ctx, model, task, data_dir, lrs, device, out_dir, as_json, json
             raise EdgeNLPError(f"--max-seq-len {config.max_seq_len} exceeds the model's {info.shape.max_positions} positions")
         config = dataclasses.replace(config, max_seq_len=info.shape.max_positions)  # the default, capped
     stdout, json_file = json_request(as_json, json_out)
-    show = not quiet and sys.stderr.isatty()
+    show = not quiet  # a bar on a terminal, plain progress lines in a log (edgenlp.utils.progress_display)
     result = finetune(net, info, data, config, device=device, show_progress=show)
     out = result.save(out_dir, info)
     emit_json(result.report, stdout=stdout, out_file=json_file)

@@ -305,7 +305,7 @@ def init_seed_option(f):
 
 
 def quiet_option(f):
-    return click.option("-q", "--quiet", is_flag=True, help="No progress bar.")(f)
+    return click.option("-q", "--quiet", is_flag=True, help="No progress (a bar on a terminal, a line every 30 s in a log).")(f)
 
 
 JSON_HELP = "Print the result as JSON on stdout."

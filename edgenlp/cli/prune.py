@@ -6,8 +6,6 @@ The options are the fields of the method configs (:mod:`edgenlp.prune.config`);
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from edgenlp.cli.options import (Spelling, build_config, config_options, device_option, emit_json, flags_of, given,
@@ -69,7 +67,7 @@ def prune_cmd(ctx, model_dir, task, data_dir, method, recover, device, out_dir, 
     stdout, json_file = json_request(as_json, json_out)
     data = load_task(task, data_dir=data_dir)
     net, info = load_model(model_dir)
-    show = not quiet and sys.stderr.isatty()
+    show = not quiet  # a bar on a terminal, plain progress lines in a log (edgenlp.utils.progress_display)
     result = prune(net, info, data, config, device=device, progress=show)
     if recovery is not None:
         from edgenlp.prune.recovery import recover as recover_pruned

@@ -61,6 +61,13 @@ def run_quantize(model, *, task, data_dir, qcfg, export_config, seed, out_dir, g
     click.echo("  " + bits_summary(man["quantization"]["linears"]) + (f"; embeddings {qcfg.embeddings}" if qcfg.embeddings else ""))
     for f in man["quantization"]["fallbacks"]:
         click.echo(f"  fallback: {f}")
+    exits = next((s["result"].get("exits") for s in man["applied"] if s["step"] == "quantize"), None)
+    if exits and "kept" in exits:
+        click.echo(f"  exits: threshold {exits['threshold']:.4g} kept ({exits['kept']})")
+    elif exits:
+        click.echo(f"  exits: threshold {exits['threshold_before']:.4g} -> {exits['threshold']:.4g}, calibrated again on "
+                   f"the quantized model: validation drop {exits['drop']:.2f} points at {exits['cost']:.2f}x the static "
+                   f"FLOPs ({exits['val_rows']} training rows)")
     guard = res.report.get("guard", {})
     if guard.get("final_drop") is not None:
         click.echo(f"  guard: dev accuracy drop {guard['final_drop']:.2f} points (limit {guard['max_drop']}) "

@@ -5,8 +5,6 @@ The options are the fields of :class:`~edgenlp.prune.config.SparsifyConfig`.
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from edgenlp.cli.options import (build_config, config_options, device_option, emit_json, given, json_options,
@@ -49,7 +47,7 @@ def sparsify_cmd(ctx, model_dir, teacher_dir, task, data_dir, device, out_dir, a
     data = load_task(task, data_dir=data_dir)
     model, info = load_model(model_dir)
     teacher, teacher_info = load_model(teacher_dir) if teacher_dir else (None, None)
-    show = not quiet and sys.stderr.isatty()
+    show = not quiet  # a bar on a terminal, plain progress lines in a log (edgenlp.utils.progress_display)
     result = sparsify(model, info, data, config, teacher=teacher, teacher_info=teacher_info, device=device,
                       progress=show)
     out = result.save(out_dir)

@@ -13,7 +13,9 @@ the guard, which must lower and evaluate, lives above both.
    (fp32 / int8 / int4) meeting ``size_mb`` with the least predicted loss
    (:mod:`edgenlp.quantize.sensitivity`). Even all-int4 over budget: error, nothing written.
 2. Quantize (:func:`edgenlp.quantize.api.quantize_model`), then export
-   (:func:`edgenlp.export.api.export_bundle`): lowered and parity-checked.
+   (:func:`edgenlp.export.api.export_bundle`): lowered and parity-checked. A
+   model with early exits gets its exit threshold calibrated again on the
+   quantized model first (:func:`exits_calibrated`).
 3. Accuracy guard (``max_drop``): dev accuracy through the lowered ExecuTorch
    bundle vs the fp32 eager model; above the limit, the most sensitive
    quantized linears move one precision up (1, 2, 4, ... at a time) and the
@@ -69,6 +71,25 @@ def _bundle_accuracy(path: Path, split) -> float:
     from edgenlp.compress.measured import bundle_accuracy
 
     return float(bundle_accuracy(path, split)["accuracy"])
+
+
+def exits_calibrated(qmodel, qinfo, info, task):
+    """``qinfo`` with the exit threshold of a dynamic model calibrated again on ``qmodel`` (its ``quantize`` step's
+    ``exits`` result, which export reads), as ``exit_calibration`` asks; ``qinfo`` itself otherwise.
+
+    The fp32 threshold does not carry over: int8 activations move the early exits' logits, so the quantized model
+    exits on other sentences (``tools/bench/dynamic_calibration.py`` measures what that costs).
+    """
+    *rest, step = qinfo.recipe
+    if step.type != "quantize" or step.config.exit_calibration != "quantized" or not any(
+            s.type == "dynamic" for s in info.recipe):
+        return qinfo
+    from edgenlp.dynamic.api import recalibrate_exits
+    from edgenlp.recipe import Step
+
+    remap = qmodel.quantization.remap
+    _, result = recalibrate_exits(info.source, qmodel, info, task, id_map=remap.apply if remap is not None else None)
+    return dataclasses.replace(qinfo, recipe=(*rest, Step(step.type, step.config, {**step.result, "exits": result})))
 
 
 def quantize_bundle(model, info, out_dir, config: QuantizeConfig, *, task, export_config=None,
@@ -132,6 +153,7 @@ def quantize_bundle(model, info, out_dir, config: QuantizeConfig, *, task, expor
             cfg = dataclasses.replace(config, layer_bits=tuple(bits.items()))
             path = work / f"attempt{attempt}"
             qmodel, qinfo = quantize_model(model, info, cfg, task=task, tokenizer=tokenizer)
+            qinfo = exits_calibrated(qmodel, qinfo, info, task)
             bundle = export_bundle(qmodel, qinfo, path, config=export_config, task=task, annotations=annotations)
             entry = {"bits": dict(bits), "predicted_weight_bytes": weight_bytes(work_model, bits, group_size=config.group_size,
                                                                                   embeddings=config.embeddings),

@@ -253,7 +253,9 @@ class Compressor:
 
         The planner prices every candidate with exits from these shares (its
         latency statistic, :func:`edgenlp.targets.costmodel.exit_latency`) and
-        adds the exits' validation drop to the candidate's. Off with
+        adds the exits' validation drop to the candidate's; a candidate with
+        quantized linears from the shares of the int8 model, its threshold
+        calibrated again as ``quantize`` will (``ExitStats.quantized``). Off with
         ``--dynamic off``, and for tasks too small to calibrate a threshold on.
         """
         from edgenlp.compress.config import EXITS_MIN_ROWS
@@ -279,11 +281,15 @@ class Compressor:
             res.save(tmp / "model")
             val = res.report["validation"]
             chosen = val["chosen"]
+            source = f"compress exits stage: {cfg.val_rows} training rows held out of the exits' training"
+            quantized = self._quantized_exit_stats(tmp / "model", source)
             stats = ExitStats(tuple(chosen["reach"]), float(chosen["drop"]), rule=res.model.spec.rule,
-                              threshold=float(res.model.spec.threshold),
-                              source=f"compress exits stage: {cfg.val_rows} training rows held out of the exits' training")
+                              threshold=float(res.model.spec.threshold), source=source, quantized=quantized)
             self.echo(f"[exits] {cfg.rule} at {stats.threshold:.4g}: validation sentences run {stats.mean_layers:.2f} of "
                       f"{len(stats.reach)} layers on average, drop {stats.drop:.2f} points")
+            if quantized is not None:
+                self.echo(f"[exits] with int8 linears: calibrated again at {quantized.threshold:.4g}, validation "
+                          f"sentences run {quantized.mean_layers:.2f} layers, drop {quantized.drop:.2f} points")
             return {"enabled": True, "stats": stats.to_dict(), "config": cfg.to_dict(), "model": "exits/model",
                     "relative_flops": chosen["cost"], "static_accuracy": val["static_accuracy"],
                     "within_max_drop": chosen["within_max_drop"], "seconds": res.report.get("seconds")}
@@ -291,7 +297,25 @@ class Compressor:
         inputs = {"dynamic": self.config.dynamic, "train_rows": n}
         if self.config.dynamic != "off" and n >= EXITS_MIN_ROWS:  # (the exits' budget follows --max-drop)
             inputs["exits"] = dcfg.to_dict()
+            inputs["quantized_stats"] = "int8 linears, threshold calibrated again"  # (records without them: rerun)
         return self._record(self.runner.run("exits", run, inputs=inputs, upstream=(ft,)))
+
+    def _quantized_exit_stats(self, model_dir: Path, source: str):
+        """:class:`ExitStats` of the exits model at ``model_dir`` with int8 linears, its threshold calibrated again on
+        it as ``quantize`` will (:func:`edgenlp.compress.guard.exits_calibrated`): a quantized candidate's depth."""
+        from edgenlp.compress.guard import exits_calibrated
+        from edgenlp.models.registry import load_model
+        from edgenlp.quantize.api import quantize_model
+        from edgenlp.quantize.config import QuantizeConfig
+        from edgenlp.targets.costmodel import ExitStats
+
+        model, info = load_model(model_dir, labels=self.data.labels)
+        qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+        q = exits_calibrated(qmodel, qinfo, info, self.tuning).recipe[-1].result["exits"]
+        if "reach" not in q:  # the threshold was kept (fixed, or no early exit): the fp32 statistics hold
+            return None
+        return ExitStats(tuple(q["reach"]), float(q["drop"]), rule=info.recipe[-1].config.rule, threshold=float(q["threshold"]),
+                         source=f"{source}; int8 linears, threshold calibrated again on them")
 
     @staticmethod
     def exit_stats(ex: StageRecord | None):

@@ -196,6 +196,11 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
                       f"{len(st['reach'])} layers on average, at {_fmt(st['drop'])} points of validation accuracy. "
                       f"The planner offered every candidate with these exits too, priced on the latency budget's "
                       f"statistic ({stat}); the chosen one {'has' if s['chosen'].get('exits') else 'has no'} exits."]
+            q = st.get("quantized")
+            if q:
+                lines[-1] += (f" With int8 linears the threshold is calibrated again ({_fmt(q['threshold'], 4)}, as "
+                              f"`quantize` does): sentences ran {_fmt(q['mean_layers'])} layers there at "
+                              f"{_fmt(q['drop'])} points, the depth a quantized candidate was priced at.")
             dyn = ex.get("bundle")
             if dyn:
                 d = dyn["dev_sentences_ms"]

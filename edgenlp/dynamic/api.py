@@ -142,7 +142,9 @@ def split_rows(task, info, config: DynamicConfig) -> tuple[list[int], list[int],
     Validation rows come from the rows the fine-tuning did not train on when
     the recipe's last finetune step used a seeded subset (``train_limit``), so
     the calibration sees sentences the backbone never fitted; otherwise from
-    all rows (noted in the report).
+    all rows (noted in the report); with ``config.val_min_words``, only from
+    rows of at least that many words (:class:`EdgeNLPError` when too few).
+    With ``val_min_words`` 0 the rows are those a version-1 step drew.
     """
     import random
 
@@ -154,15 +156,23 @@ def split_rows(task, info, config: DynamicConfig) -> tuple[list[int], list[int],
     if ft and getattr(ft[-1].config, "train_limit", None) and ft[-1].config.train_limit < n:
         seen = set(task.train.sample_indices(ft[-1].config.train_limit, seed=ft[-1].config.subset_seed))
     rng = random.Random(config.seed)
-    unseen = [i for i in range(n) if seen is None or i not in seen]
+    eligible = list(range(n))
+    if config.val_min_words:
+        eligible = [i for i, text in enumerate(task.train.texts) if len(text.split()) >= config.val_min_words]
+        if len(eligible) < config.val_rows:
+            raise EdgeNLPError(f"only {len(eligible)} training rows have at least {config.val_min_words} words; lower "
+                               f"--val-rows ({config.val_rows}) or --val-min-words")
+    unseen = [i for i in eligible if seen is None or i not in seen]
     held_out = seen is not None and len(unseen) >= config.val_rows
-    pool = unseen if held_out else list(range(n))
+    pool = unseen if held_out else eligible
     val = sorted(rng.sample(pool, config.val_rows))
     vset = set(val)
     rest = [i for i in range(n) if i not in vset]
     train = sorted(rng.sample(rest, min(len(rest), config.train_limit or len(rest))))
     note = {"train_rows": len(train), "val_rows": len(val), "val_source": "train split",
             "val_unseen_by_finetuning": held_out}
+    if config.val_min_words:
+        note["val_min_words"] = config.val_min_words
     if not held_out:
         log.warning("validation rows are training rows the fine-tuning also saw: calibration may be optimistic")
     return train, val, note
@@ -316,6 +326,78 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     log.info("dynamic: exits %s, rule %s at %s, tokens %s; validation drop %.2f points at %.2fx the static FLOPs",
              list(exits), dyn.spec.rule, dyn.spec.threshold, dyn.spec.tokens, final.drop, final.cost)
     return DynamicResult(dyn, new_info, report)
+
+
+# --------------------------------------------------------------------------- the same exits on a transformed model
+
+
+def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
+                      device: str = "cpu") -> tuple[DynamicModel, dict]:
+    """``(model, result)``: the exits of dynamic directory ``source`` on ``base``, their threshold calibrated on ``base``.
+
+    ``base`` is the directory's model transformed (e.g. quantized: int8
+    activations move the early exits' logits, so sentences that stopped at an
+    exit on the fp32 model go on, or stop wrongly). The threshold is chosen as
+    :func:`make_dynamic` chose it, within the step's ``max_drop`` of ``base``'s
+    own static accuracy, on the same validation rows (:func:`split_rows` with
+    the step's config, ``task`` and ``info``, the directory's recipe). A
+    threshold the user fixed, and a model whose only exit is the last layer,
+    are kept; the token thresholds are kept. ``id_map`` maps token ids to
+    ``base``'s rows (a trimmed vocabulary's ``IdRemap.apply``). ``result``
+    (plain JSON) is what a step records so that :func:`exit_threshold_of`
+    reads the threshold back.
+    """
+    from edgenlp.finetune.trainer import Encoded, encode_split, load_tokenizer
+
+    dynamic = [s for s in info.recipe if s.type == "dynamic"]
+    if not dynamic:
+        raise EdgeNLPError(f"{info.source}: the recipe has no dynamic step to calibrate again")
+    config: DynamicConfig = dynamic[-1].config
+    start = time.perf_counter()
+    dyn = load_dynamic(source, base=base)
+    before = float(dyn.spec.threshold)
+    out: dict = {"threshold_before": before, "threshold": before}
+    if config.threshold is not None or len(dyn.spec.exits) < 2:
+        out["kept"] = "the threshold was fixed (--threshold)" if config.threshold is not None else "no early exit"
+        return dyn, out
+    tokenizer = load_tokenizer(info)
+    pad_id = tokenizer.pad_token_id or 0
+    _, val_idx, split = split_rows(task, info, config)
+    val = encode_split(tokenizer, task.train.take(val_idx), task.labels, max_len=config.max_seq_len)
+    if id_map is not None:
+        val, pad_id = Encoded([id_map(r) for r in val.ids], val.labels), id_map([pad_id])[0]
+    labels = np.asarray(val.labels)
+    L, exits = dyn.spec.num_layers, dyn.spec.exits
+    with torch.no_grad():
+        trace = trace_split(dyn.to(device), val, pad_id=pad_id, device=device)
+        static = trace if dyn.spec.tokens == "none" else trace_split(dyn, val, pad_id=pad_id, device=device, tokens="none")
+    static_acc = float((static.exit_logits[L].argmax(-1) == labels).mean())
+    s_cost = static_cost(dyn.shape, static.tokens[:, 0], dyn.num_labels)
+    points = exit_curve(dyn.spec.rule, trace, labels, exits, shape=dyn.shape, static_accuracy=static_acc, static_cost=s_cost)
+    point, feasible = choose(points, config.max_drop)
+    if not feasible:
+        log.warning("no %s threshold keeps the validation drop within %.2f points on this model; using the most "
+                    "accurate (%.2f)", dyn.spec.rule, config.max_drop, point.drop)
+    dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold)).cpu().eval()
+    stop = np.asarray(exits)[first_exit(dyn.spec.rule, exit_scores(dyn.spec.rule, trace, exits), dyn.spec.threshold)]
+    out.update(threshold=float(point.threshold), val_rows=split["val_rows"], static_accuracy=static_acc,
+               drop=float(point.drop), cost=float(point.cost), mean_exit_layer=float(point.mean_exit_layer),
+               reach=[float((stop >= layer).mean()) for layer in range(1, L + 1)],
+               within_max_drop=bool(point.drop <= config.max_drop + 1e-9), seconds=round(time.perf_counter() - start, 1))
+    log.info("exit threshold calibrated again: %s %.4g -> %.4g; validation drop %.2f points at %.2fx the static FLOPs",
+             dyn.spec.rule, before, point.threshold, point.drop, point.cost)
+    return dyn, out
+
+
+def exit_threshold_of(steps) -> float | None:
+    """The exit threshold a step after the last ``dynamic`` step calibrated again (its result's ``exits``), else None."""
+    threshold = None
+    for step in steps:
+        if step.type == "dynamic":
+            threshold = None
+        elif isinstance(step.result.get("exits"), dict) and "threshold" in step.result["exits"]:
+            threshold = float(step.result["exits"]["threshold"])
+    return threshold
 
 
 def _never(rule: str, num_exits: int) -> float:

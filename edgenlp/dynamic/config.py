@@ -38,10 +38,17 @@ class DynamicConfig(Config):
     held out from everything else (rows the fine-tuning did not use when its
     recipe says which it used), to the lowest expected cost whose accuracy
     there is at most ``max_drop`` points below the static model's. Dev is never
-    used. ``train_limit`` caps the training rows the heads and thresholds learn from.
+    used. ``val_min_words`` draws those rows only from training rows of at
+    least that many words, for tasks whose training rows are shorter than what
+    the model will see (SST-2 trains on phrases and is used on sentences: a
+    threshold calibrated on phrases, which the early exits find easy, costs
+    more on sentences). ``train_limit`` caps the training rows the heads and
+    thresholds learn from.
+
+    Version 2 added ``val_min_words`` (0 in a version-1 step: any row).
     """
 
-    VERSION = 1
+    VERSION = 2
 
     exits: tuple[int, ...] | None = knob(None, help="Layers with an exit head (1 = after the first layer); None: every "
                                          "layer, (): none. The last layer's exit is the model's own classifier.")
@@ -54,6 +61,8 @@ class DynamicConfig(Config):
     keep_ratio: float = knob(1.0, help="Tokens kept after each token layer with tokens='keep', in (0, 1].")
     max_drop: float = knob(0.5, help="Max validation accuracy drop, in points, the calibrated thresholds may cost.")
     val_rows: int = knob(2000, help="Training rows held out for calibration (never dev).")
+    val_min_words: int = knob(0, help="Hold out only training rows of at least this many words (when inputs are "
+                              "longer than most training rows, e.g. SST-2's phrases); 0: any row.")
     train_limit: int | None = knob(8000, help="Training rows the exit heads and token thresholds learn from.")
     epochs: float = knob(4.0, help="Exit-head training epochs.")
     lr: float = knob(1e-3, help="Exit-head learning rate.")
@@ -93,6 +102,8 @@ class DynamicConfig(Config):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (2 if name == "max_seq_len" else 1):
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(self.val_min_words, bool) or not isinstance(self.val_min_words, int) or self.val_min_words < 0:
+            raise ValueError(f"val_min_words must be an integer >= 0, got {self.val_min_words!r}")
         if self.train_limit is not None and (not isinstance(self.train_limit, int) or self.train_limit < 1):
             raise ValueError(f"train_limit must be >= 1 or None, got {self.train_limit!r}")
         for name in ("epochs", "token_epochs", "label_weight", "token_lambda"):

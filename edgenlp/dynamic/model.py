@@ -241,11 +241,13 @@ class DynamicModel(nn.Module):
         return getattr(self.base, "quantization", None)
 
     def with_base(self, base: EncoderClassifier) -> "DynamicModel":
-        """The same exits and spec on another base of the same shape (e.g. its quantized or fp32 twin)."""
-        return DynamicModel(base, self.spec, {int(k): h for k, h in self.exit_heads.items()})
+        """The same exits and spec on another base of the same shape (e.g. its quantized or fp32 twin), in this
+        model's mode (train or eval)."""
+        return DynamicModel(base, self.spec, {int(k): h for k, h in self.exit_heads.items()}).train(self.training)
 
     def with_spec(self, spec: DynamicSpec) -> "DynamicModel":
-        return DynamicModel(self.base, spec, {int(k): h for k, h in self.exit_heads.items()})
+        """The same base and exits with another spec (e.g. a calibrated threshold), in this model's mode."""
+        return DynamicModel(self.base, spec, {int(k): h for k, h in self.exit_heads.items()}).train(self.training)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids=None) -> torch.Tensor:
         """The static model's logits (every layer, every token)."""

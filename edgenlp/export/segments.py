@@ -50,15 +50,23 @@ def is_dynamic(model) -> bool:
 
 
 def as_dynamic(model, info, steps):
-    """``model`` itself, or, when the recipe has a ``dynamic`` step, the dynamic model of ``info.source`` on this base."""
+    """``model`` itself, or, when the recipe has a ``dynamic`` step, the dynamic model of ``info.source`` on this base.
+
+    A later step that calibrated the exit threshold again on this base (``quantize``: its result's ``exits``)
+    sets the threshold (:func:`edgenlp.dynamic.api.exit_threshold_of`).
+    """
     if is_dynamic(model) or not any(s.type == "dynamic" for s in steps):
         return model
-    from edgenlp.dynamic.api import is_dynamic_dir, load_dynamic
+    from dataclasses import replace
+
+    from edgenlp.dynamic.api import exit_threshold_of, is_dynamic_dir, load_dynamic
     from edgenlp.errors import EdgeNLPError
 
     if not info.source or not is_dynamic_dir(info.source):
         raise EdgeNLPError(f"the recipe has a dynamic step but {info.source} has no dynamic.json (exit heads and thresholds)")
-    return load_dynamic(info.source, base=model)
+    dyn = load_dynamic(info.source, base=model)
+    threshold = exit_threshold_of(steps)
+    return dyn if threshold is None else dyn.with_spec(replace(dyn.spec, threshold=threshold))
 
 
 def segment_inputs(seq: int, hidden: int, *, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,6 +20,9 @@ from edgenlp.recipe import ParityPolicy
 SCHEMES = ("int8", "int4", "mixed")
 EMBEDDINGS = ("int8", "int4")
 BITS = (32, 8, 4)
+# The exit threshold of a dynamic model (edgenlp dynamic) once quantized: calibrated again on the quantized
+# model, or the fp32 model's kept as it was.
+EXIT_CALIBRATIONS = ("quantized", "fp32")
 
 # The parity gate of a quantized program (ParityPolicy.bound), against the reference
 # (the quantized eager model) and its copy with fp32 activations
@@ -98,7 +101,12 @@ LOWERING_TOLERANCE = {8: 1e-2, 4: 2e-2}
 
 @dataclass(frozen=True)
 class QuantizeConfig(Config):
-    """Low-bit weights: a scheme, optional per-layer bits, embeddings, vocabulary trimming, budgets."""
+    """Low-bit weights: a scheme, optional per-layer bits, embeddings, vocabulary trimming, budgets.
+
+    Version 2 added ``exit_calibration``; a version-1 step kept the fp32 exit threshold, and reads back so.
+    """
+
+    VERSION = 2
 
     scheme: str = knob("int8", choices=SCHEMES, help="int8 / int4 (groupwise) linears with int8 dynamic activations, "
                                                      "or mixed per layer.")
@@ -111,6 +119,15 @@ class QuantizeConfig(Config):
                                                             "(default: every linear at the scheme's width).")
     size_mb: float | None = knob(None, help="Weight budget in MB (mixed: bits per layer chosen to meet it).")
     max_drop: float | None = knob(None, help="Accuracy guard: max dev-accuracy drop vs fp32 in points (e.g. 1.0).")
+    exit_calibration: str = knob("quantized", choices=EXIT_CALIBRATIONS, help=(
+        "A model with early exits (edgenlp dynamic): calibrate the exit threshold again on the quantized model "
+        "(the same validation rows and maximum drop), or keep the fp32 model's."))
+
+    @classmethod
+    def upgrade(cls, d: dict) -> dict:
+        if d.get("version", cls.VERSION) < 2:
+            d = {**d, "version": 2, "exit_calibration": "fp32"}  # version 1 reused the fp32 threshold
+        return d
 
     def __post_init__(self) -> None:
         check_choice("scheme", self.scheme, SCHEMES)
@@ -131,6 +148,7 @@ class QuantizeConfig(Config):
         object.__setattr__(self, "layer_bits", tuple(bits))
         check_positive("size_mb", self.size_mb, allow_none=True)
         check_range("max_drop", self.max_drop, 0.0, allow_none=True)
+        check_choice("exit_calibration", self.exit_calibration, EXIT_CALIBRATIONS)
         if self.scheme == "mixed" and self.size_mb is None and not self.layer_bits:
             raise ValueError("scheme 'mixed' needs size_mb (or explicit layer_bits)")
 

@@ -479,8 +479,9 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     Latency is ``budgets.latency_stat`` over inputs: a static candidate's one
     latency, or for a candidate with ``exits`` the statistic from
     ``exit_stats`` (:class:`~edgenlp.targets.costmodel.ExitStats`, measured
-    on a validation split; required when the space has such candidates),
-    whose ``drop`` adds to the static candidate's predicted drop.
+    on a validation split; required when the space has such candidates; its
+    ``quantized`` statistics for a candidate with quantized linears, when
+    measured), whose ``drop`` adds to the static candidate's predicted drop.
     """
     from edgenlp.targets.costmodel import CostModel
 
@@ -525,10 +526,11 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
         pred = cost_model.predict(s, bits=bits, embeddings=c.embeddings, seq_len=budgets.seq_len, threads=budgets.threads,
                                   num_labels=num_labels, block_sparsity=c.block_sparsity)  # fmt: skip
         drop = prior.drop
-        if c.exits:
-            pred = exits_prediction(pred, exit_stats, statistic=budgets.latency_stat)
+        if c.exits:  # how deep sentences run at this precision's own threshold (quantize calibrates it again)
+            stats = exit_stats.for_bits(bits)
+            pred = exits_prediction(pred, stats, statistic=budgets.latency_stat)
             if not own_measured:
-                drop = drop + max(0.0, float(exit_stats.drop))
+                drop = drop + max(0.0, float(stats.drop))
         considered.append(Considered(c, pred, accuracy_model.baseline - drop, drop, _violations(pred, budgets, drop, max_drop), prior))
     for why, label in unpriced.items():
         log.info("block-sparse candidates not offered (e.g. %s): %s", label, why)

@@ -35,6 +35,8 @@ def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn
     assert ex.result["enabled"], ex.result
     stats = ExitStats.from_dict(ex.result["stats"])  # valid shares: 1 for the first layer, never growing
     assert len(stats.reach) == 2 and is_dynamic_dir(tmp_path / "run" / "exits" / "model")
+    # and how deep they run with int8 linears, the threshold calibrated again as quantize will: what int8 candidates cost
+    assert stats.quantized is not None and len(stats.quantized.reach) == 2 and "int8" in stats.quantized.source
     assert ex.result["config"]["val_rows"] == min(16, len(run.tuning.train) // 5) and ex.result["config"]["max_drop"] == pytest.approx(25.0)
 
     plan = run.plan(ft, 1, [], ex)

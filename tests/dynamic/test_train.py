@@ -54,6 +54,24 @@ def test_validation_rows_come_from_train_rows_the_finetuning_did_not_use(dyn_tas
     assert len(val) == 20 and len(train) == 50 and max(train + val) < len(task.train)
 
 
+def test_validation_rows_can_come_from_long_training_rows_only(dyn_task_dir):
+    from edgenlp.errors import EdgeNLPError
+    from edgenlp_testing import tiny_finetuned
+
+    task = load_task(dyn_task_dir)
+    _, info = tiny_finetuned()
+    words = [len(t.split()) for t in task.train.texts]
+    w = sorted(words)[len(words) // 2]
+    assert min(words) < w  # the filter has something to leave out
+    train, val, note = split_rows(task, info, DynamicConfig(val_rows=10, train_limit=50, val_min_words=w))
+    assert len(val) == 10 and all(words[i] >= w for i in val) and not set(val) & set(train)
+    assert note["val_min_words"] == w
+    with pytest.raises(EdgeNLPError, match=f"at least {max(words) + 1} words"):
+        split_rows(task, info, DynamicConfig(val_rows=10, val_min_words=max(words) + 1))
+    old = {k: v for k, v in DynamicConfig().to_dict().items() if k != "val_min_words"} | {"version": 1}
+    assert DynamicConfig.from_dict(old).val_min_words == 0  # a version-1 step drew from every row
+
+
 def test_soft_mask_hardens_into_the_masked_model():
     """At a vanishing temperature the soft-masked forward is the hard threshold model."""
     from edgenlp.dynamic.model import DynamicModel
@@ -169,6 +187,58 @@ def test_eager_segments_with_exits_off_equal_the_static_model(tiny_ft_dir, tiny_
         want = np.concatenate([base(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long)).numpy()
                                for ids in runner.token_ids(texts)])
     assert np.abs(got - want).max() <= 1e-5, np.abs(got - want).max()
+
+
+def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tiny_dynamic_dir, dyn_task_dir, tmp_path):
+    """The quantize step records a threshold chosen on the int8 model's own exit logits (the same validation rows and
+    maximum drop), and export reads it; ``exit_calibration="fp32"`` keeps the fp32 threshold."""
+    from edgenlp.compress.guard import exits_calibrated
+    from edgenlp.dynamic.api import exit_threshold_of, trace_split
+    from edgenlp.dynamic.calibrate import choose, exit_curve, static_cost
+    from edgenlp.export.segments import as_dynamic
+    from edgenlp.finetune.trainer import encode_split, load_tokenizer
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp_testing import write_task_dir
+
+    model, info = load_model(tiny_dynamic_dir)
+    cfg = info.recipe[-1].config
+    fp32 = load_dynamic(tiny_dynamic_dir)
+    tokenizer = load_tokenizer(info)
+    # The tiny model is at chance on its task, where exiting at once always pays; labelled with its own static
+    # predictions, early exits cost accuracy and the threshold lands inside the range (apart for fp32 and int8).
+    task = load_task(dyn_task_dir)
+    with torch.no_grad():
+        own = trace_split(fp32, encode_split(tokenizer, task.train, task.labels, max_len=cfg.max_seq_len), pad_id=0,
+                          tokens="none").exit_logits[fp32.spec.num_layers].argmax(-1)
+    task = load_task(write_task_dir(tmp_path, train=[(x, task.labels[y]) for x, y in zip(task.train.texts, own)],
+                                    dev=list(zip(task.dev.texts, task.dev.labels))))
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+    got = exits_calibrated(qmodel, qinfo, info, task)
+    exits = got.recipe[-1].result["exits"]
+    assert got.recipe[-1].type == "quantize" and exits["threshold_before"] == fp32.spec.threshold
+
+    # The threshold, worked out here from the int8 model's traces on the validation rows make_dynamic held out.
+    q = load_dynamic(tiny_dynamic_dir, base=qmodel)
+    _, val_idx, _ = split_rows(task, info, cfg)
+    val = encode_split(tokenizer, task.train.take(val_idx), task.labels, max_len=cfg.max_seq_len)
+    labels = np.asarray(val.labels)
+    with torch.no_grad():
+        trace, static = trace_split(q, val, pad_id=0), trace_split(q, val, pad_id=0, tokens="none")
+    acc = float((static.exit_logits[q.spec.num_layers].argmax(-1) == labels).mean())
+    want, _ = choose(exit_curve(q.spec.rule, trace, labels, q.spec.exits, shape=q.shape, static_accuracy=acc,
+                                static_cost=static_cost(q.shape, static.tokens[:, 0], q.num_labels)), cfg.max_drop)
+    assert 0.0 < want.threshold < 1.0
+    assert exits["threshold"] == want.threshold and exits["static_accuracy"] == acc
+    assert exits["drop"] == pytest.approx(want.drop) and len(exits["reach"]) == q.spec.num_layers
+    lowered = as_dynamic(qmodel.eval(), got, got.recipe)
+    assert lowered.spec.threshold == exits["threshold"]  # what export lowers,
+    assert not any(m.training for m in lowered.modules())  # in eval mode, as its base (a fresh module trains)
+
+    kept = quantize_model(model, info, QuantizeConfig(scheme="int8", exit_calibration="fp32"))[1]
+    assert exits_calibrated(qmodel, kept, info, task) == kept
+    assert as_dynamic(qmodel, kept, kept.recipe).spec.threshold == fp32.spec.threshold
+    assert exit_threshold_of((*got.recipe, info.recipe[-1])) is None  # a later dynamic step starts over
 
 
 @pytest.mark.slow

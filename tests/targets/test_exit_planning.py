@@ -82,6 +82,35 @@ def test_exits_win_on_the_mean_never_on_the_max():
     assert mean["exit_stats"]["reach"] == list(SHALLOW.reach)
 
 
+def test_quantized_candidates_are_priced_from_the_quantized_models_own_depth():
+    """With int8 linears the threshold is calibrated again and sentences run deeper: a candidate with quantized
+    linears takes the ``quantized`` statistics (depth and drop), an fp32 one the fp32 model's."""
+    deep = ExitStats((1.0, 0.9, 0.8, 0.7, 0.6, 0.5), drop=0.6, threshold=0.95)
+    both = dataclasses.replace(SHALLOW, quantized=deep)
+    assert ExitStats.from_dict(both.to_dict()) == both
+    assert both.for_bits("int8") is deep and both.for_bits(("fp32", "int4")) is deep and both.for_bits("fp32") is both
+    assert SHALLOW.for_bits("int8") is SHALLOW  # not measured: the fp32 depth
+    with pytest.raises(ValueError, match="quantized stats have 2 layers"):
+        dataclasses.replace(SHALLOW, quantized=ExitStats((1.0, 0.5), 0.0))
+    plans = {"fp32 only": _plan("mean"), "both": _plan("mean", stats=both)}
+    rows = {k: {(tuple(sorted(c["candidate"].items()))): c for c in doc["considered"]} for k, doc in plans.items()}
+    checked = set()
+    for key, row in rows["both"].items():
+        cand = dict(key)
+        if not cand.get("exits"):
+            continue
+        alone = rows["both"][tuple(sorted((k, v) for k, v in cand.items() if k != "exits"))]
+        shallow = rows["fp32 only"][key]
+        if cand.get("bits", "fp32") == "fp32" and not cand.get("embeddings"):
+            assert row["predicted_latency_ms"] == shallow["predicted_latency_ms"]
+            checked.add("fp32")
+        elif cand.get("bits") == "int8":
+            assert row["predicted_latency_ms"] > shallow["predicted_latency_ms"]
+            assert row["predicted_drop"] == pytest.approx(alone["predicted_drop"] + deep.drop)
+            checked.add("int8")
+    assert checked == {"fp32", "int8"}
+
+
 def test_without_exit_stats_no_candidate_has_exits():
     doc = _plan("mean", stats=None)
     assert not any(c["candidate"].get("exits") for c in doc["considered"]) and doc["exit_stats"] is None

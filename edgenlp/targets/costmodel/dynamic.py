@@ -127,6 +127,10 @@ class ExitStats:
     first layer; it cannot grow with depth); ``drop`` the validation accuracy
     points the exits cost at the calibrated threshold; ``rule`` and
     ``threshold`` what was calibrated; ``source`` where the numbers come from.
+    ``quantized``: the same, with the threshold calibrated again on the model
+    with int8 linears (as ``quantize`` does it: int8 activations move the early
+    exits' logits, so its sentences run to other depths); :meth:`for_bits`
+    picks the one a candidate's precision runs.
     """
 
     reach: tuple[float, ...]
@@ -134,6 +138,7 @@ class ExitStats:
     rule: str = "maxprob"
     threshold: float | None = None
     source: str = ""
+    quantized: "ExitStats | None" = None
 
     def __post_init__(self) -> None:
         reach = tuple(float(r) for r in self.reach)
@@ -150,19 +155,32 @@ class ExitStats:
                 raise ValueError(f"reach cannot grow with depth: layer {k + 1} {reach[k]} > layer {k} {reach[k - 1]}")
         if not isinstance(self.drop, (int, float)) or not math.isfinite(self.drop):
             raise ValueError(f"drop must be a finite number of points, got {self.drop!r}")
+        if self.quantized is not None and len(self.quantized.reach) != len(reach):
+            raise ValueError(f"quantized stats have {len(self.quantized.reach)} layers, these {len(reach)}")
 
     @property
     def mean_layers(self) -> float:
         """Layers a sentence runs on average."""
         return float(sum(self.reach))
 
+    def for_bits(self, bits) -> "ExitStats":
+        """The statistics of a candidate whose linears have ``bits`` (a precision, or one per layer): ``quantized``
+        when any linear is quantized and those were measured, else these."""
+        quantized = bits != "fp32" if isinstance(bits, str) else any(b != "fp32" for b in bits)
+        return self.quantized if quantized and self.quantized is not None else self
+
     def to_dict(self) -> dict:
-        return {"reach": [round(r, 6) for r in self.reach], "drop": round(float(self.drop), 4), "rule": self.rule,
-                "threshold": self.threshold, "source": self.source, "mean_layers": round(self.mean_layers, 4)}
+        out = {"reach": [round(r, 6) for r in self.reach], "drop": round(float(self.drop), 4), "rule": self.rule,
+               "threshold": self.threshold, "source": self.source, "mean_layers": round(self.mean_layers, 4)}
+        if self.quantized is not None:
+            out["quantized"] = self.quantized.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "ExitStats":
-        return cls(tuple(d["reach"]), float(d["drop"]), d.get("rule", "maxprob"), d.get("threshold"), d.get("source", ""))
+        q = d.get("quantized")
+        return cls(tuple(d["reach"]), float(d["drop"]), d.get("rule", "maxprob"), d.get("threshold"), d.get("source", ""),
+                   cls.from_dict(q) if q is not None else None)
 
 
 def exit_latency(static_ms: float, embedding_ms: float, stats: ExitStats, *, statistic: str) -> float:

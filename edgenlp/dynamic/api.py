@@ -9,7 +9,8 @@ A dynamic model directory is a normal model directory (``config.json``,
 model; its recipe ends with a ``dynamic`` step) plus:
 
 - ``dynamic.json``: ``{"format": "edgenlp-dynamic", "version": 1, "spec": {DynamicSpec}, "heads":
-  {"<layer>": {"hidden", "pooler_width", "num_labels", "activation"}}}``;
+  {"<layer>": {"hidden", "pooler_width", "num_labels", "activation", "pooling"}}}`` (``pooling``: ``cls`` or
+  ``mean``; ``cls`` when absent);
 - ``dynamic.safetensors``: the exit heads (``exit_heads.<layer>.pooler.weight``, ...);
 - ``dynamic-report.json``: what training and calibration measured (validation curves of every rule).
 """
@@ -71,7 +72,8 @@ def write_dynamic(folder: Path, model: DynamicModel) -> None:
     heads = {l: model.exit_heads[str(l)] for l in model.spec.exits[:-1]}
     meta = {"format": DIR_FORMAT, "version": DIR_VERSION, "spec": model.spec.to_dict(),
             "heads": {str(l): {"hidden": h.pooler.in_features, "pooler_width": h.pooler.out_features,
-                               "num_labels": h.classifier.out_features, "activation": h.activation} for l, h in heads.items()}}
+                               "num_labels": h.classifier.out_features, "activation": h.activation, "pooling": h.pooling}
+                      for l, h in heads.items()}}
     tensors = {f"exit_heads.{l}.{k}": v.detach().contiguous().clone() for l, h in heads.items() for k, v in h.state_dict().items()}
     if tensors:
         save_file(tensors, str(folder / HEADS_FILE))
@@ -120,7 +122,11 @@ def load_dynamic(model_dir: str | Path, *, base=None) -> DynamicModel:
         h = (meta.get("heads") or {}).get(str(l))
         if not isinstance(h, dict):
             raise EdgeNLPError(f"{meta_file}: no head listed for exit {l}")
-        head = ExitHead(int(h["hidden"]), int(h["pooler_width"]), int(h["num_labels"]), activation=h.get("activation", "tanh"))
+        try:
+            head = ExitHead(int(h["hidden"]), int(h["pooler_width"]), int(h["num_labels"]),
+                            activation=h.get("activation", "tanh"), pooling=h.get("pooling", "cls"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EdgeNLPError(f"{meta_file}: exit {l} is not a valid head ({exc})") from None
         state = {k[len(f"exit_heads.{l}."):]: v for k, v in tensors.items() if k.startswith(f"exit_heads.{l}.")}
         try:
             head.load_state_dict(state)
@@ -269,7 +275,8 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
                        threshold=config.threshold if config.threshold is not None else _never(config.rule, len(exits)),
                        tokens=config.tokens, token_layers=token_layers, token_thresholds=thresholds,
                        keep_ratio=config.keep_ratio)
-    dyn = DynamicModel(base, spec, {l: ExitHead.like(base).to(dev_name) for l in exits[:-1]}).eval()
+    dyn = DynamicModel(base, spec, {l: ExitHead.like(base, pooling=config.exit_pooling).to(dev_name)
+                                    for l in exits[:-1]}).eval()
 
     static_trace = trace_split(dyn, val, pad_id=pad_id, device=dev_name, tokens="none")
     static_acc = float((static_trace.exit_logits[L].argmax(-1) == val_labels).mean())

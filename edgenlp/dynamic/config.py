@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from edgenlp.config import Config, knob
 from edgenlp.dynamic.rules import RULES, TOKEN_MODES, check_keep_ratio, check_threshold
+
+# What an exit head reads (edgenlp.dynamic.model.ExitHead; here so that reading a recipe imports no torch).
+POOLINGS = ("cls", "mean")
 from edgenlp.recipe import register_step
 
 
@@ -45,13 +48,24 @@ class DynamicConfig(Config):
     more on sentences). ``train_limit`` caps the training rows the heads and
     thresholds learn from.
 
-    Version 2 added ``val_min_words`` (0 in a version-1 step: any row).
+    ``exit_pooling``: an exit head reads the mean of the tokens its layer
+    processed (``mean``, the default), or the ``[CLS]`` token as the model's
+    own classifier does (``cls``). The first layers have barely mixed the
+    sentence into ``[CLS]``, so ``[CLS]`` heads there are rarely confident;
+    ``tools/bench/dynamic.py`` measures both (its ``sst2-long-val`` and
+    ``sst2-mean`` cases).
+
+    Version 2 added ``val_min_words`` and ``exit_pooling``; a version-1 step
+    reads back as ``val_min_words=0`` (any row) and ``exit_pooling="cls"``
+    (what it trained).
     """
 
     VERSION = 2
 
     exits: tuple[int, ...] | None = knob(None, help="Layers with an exit head (1 = after the first layer); None: every "
                                          "layer, (): none. The last layer's exit is the model's own classifier.")
+    exit_pooling: str = knob("mean", choices=POOLINGS, help="What an exit head reads: the mean of the tokens its layer "
+                             "processed, or the [CLS] token (as the model's own classifier).")
     rule: str = knob("maxprob", choices=RULES, help="Exit when the max probability reaches the threshold (maxprob), the "
                      "normalized entropy falls to it (entropy), or that many exits in a row agree (patience).")
     threshold: float | None = knob(None, help="Fix the exit threshold instead of calibrating it (maxprob/entropy in "
@@ -79,12 +93,20 @@ class DynamicConfig(Config):
     seed: int = knob(0, help="Seed of the validation split, data order and head initialization.")
     threads: int | None = knob(None, help="torch intra-op threads (default: torch's choice).")
 
+    @classmethod
+    def upgrade(cls, d: dict) -> dict:
+        if d.get("version", cls.VERSION) < 2:
+            d = {"exit_pooling": "cls", **d, "version": 2}  # version-1 heads read [CLS]
+        return d
+
     def __post_init__(self) -> None:
         if self.exits is not None:
             exits = tuple(self.exits)
             if any(isinstance(e, bool) or not isinstance(e, int) or e < 1 for e in exits):
                 raise ValueError(f"exits must be layer numbers >= 1 (1 = after the first layer), got {list(exits)}")
             object.__setattr__(self, "exits", tuple(sorted(set(exits))))
+        if self.exit_pooling not in POOLINGS:
+            raise ValueError(f"exit_pooling must be one of {', '.join(POOLINGS)}, got {self.exit_pooling!r}")
         if self.rule not in RULES:
             raise ValueError(f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         if self.threshold is not None:

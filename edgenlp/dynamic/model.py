@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgenlp.dynamic.config import POOLINGS
 from edgenlp.dynamic.rules import keep_tokens
 from edgenlp.dynamic.spec import DynamicSpec
 from edgenlp.models.encoder import MASK_BIAS, EncoderClassifier, EncoderLayer
@@ -85,27 +86,59 @@ def attend(layer: EncoderLayer, x: torch.Tensor, bias4: torch.Tensor):
     return layer.ffn_norm(x + layer.dropout(layer.feed_forward(x))), probs
 
 
-class ExitHead(nn.Module):
-    """An early exit: the family's pooler (dense + activation) and a classifier on the ``[CLS]`` token."""
+def masked_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``[b, H]``: the mean of ``x [b, s, H]`` over the tokens whose ``weights [b, s]`` are 1 (0: padded or dropped).
 
-    def __init__(self, hidden: int, pooler_width: int, num_labels: int, *, activation: str = "tanh") -> None:
+    Two batched matmuls (the count is ``weights . weights``, equal to their sum for weights of 0 and 1): ops the
+    XNNPACK partitioner takes, so a segment ending at a mean-pooled exit stays one delegate call, and no shape
+    enters the arithmetic, so ONNX keeps its dynamic sequence axis.
+    """
+    b, s, h = x.shape
+    w = weights.reshape(b, 1, s)
+    total = torch.bmm(w, x).reshape(b, h)
+    count = torch.bmm(w, weights.reshape(b, s, 1)).reshape(b, 1)
+    return total / count
+
+
+class ExitHead(nn.Module):
+    """An early exit: the family's pooler (dense + activation) and a classifier, on the ``[CLS]`` token or on the mean
+    of the tokens the layer processed (``pooling="mean"``: early layers have barely mixed the sentence into ``[CLS]``)."""
+
+    def __init__(self, hidden: int, pooler_width: int, num_labels: int, *, activation: str = "tanh",
+                 pooling: str = "cls") -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         self.pooler = nn.Linear(hidden, pooler_width)
         self.classifier = nn.Linear(pooler_width, num_labels)
         self.activation = activation
+        self.pooling = pooling
 
     @classmethod
-    def like(cls, model: EncoderClassifier) -> "ExitHead":
+    def like(cls, model: EncoderClassifier, *, pooling: str = "cls") -> "ExitHead":
         """A head shaped like ``model``'s, initialised from its final pooler and classifier."""
-        head = cls(model.shape.hidden, model.shape.pooler_width, model.num_labels, activation=model.family.pooler_activation)
+        head = cls(model.shape.hidden, model.shape.pooler_width, model.num_labels, activation=model.family.pooler_activation,
+                   pooling=pooling)
         head.load_state_dict({k: v.detach().clone().float() for k, v in _plain_head_state(model).items()})
         return head
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        cls = x[:, :1].reshape(x.shape[0], x.shape[2])
-        pooled = self.pooler(cls)
-        pooled = torch.tanh(pooled) if self.activation == "tanh" else torch.relu(pooled)
-        return self.classifier(pooled)
+    def pool(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """``[b, H]`` from hidden states ``x [b, s, H]``: ``[CLS]``, or the mean over ``weights`` (1 real token, 0 not;
+        None: every token)."""
+        if self.pooling == "cls":
+            return x[:, :1].reshape(x.shape[0], x.shape[2])
+        if weights is None:
+            weights = torch.ones(x.shape[:2], dtype=x.dtype, device=x.device)
+        return masked_mean(x, weights.to(x.dtype))
+
+    def classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        """Logits from pooled features ``[b, H]`` (what :meth:`pool` returns; training caches them)."""
+        z = self.pooler(pooled)
+        z = torch.tanh(z) if self.activation == "tanh" else torch.relu(z)
+        return self.classifier(z)
+
+    def forward(self, x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+        return self.classify(self.pool(x, weights))
 
 
 def _plain_head_state(model: EncoderClassifier) -> dict:
@@ -178,7 +211,7 @@ class Segment(nn.Module):
             cls = hidden[:, :1].reshape(b, hidden.shape[2])
             out.append(self.classifier(self.pooler_act(self.pooler(cls))))
         elif self.has_exit:
-            out.append(self.exit_head(hidden))
+            out.append(self.exit_head(hidden, query_weights(bias) if self.exit_head.pooling == "mean" else None))
         if self.importance:
             out.append(token_importance(probs, bias))
         return tuple(out)
@@ -282,7 +315,7 @@ class DynamicModel(nn.Module):
         """The masked reference as torch tensors (differentiable in the weights; decisions are not).
 
         Returns ``(exit_logits {layer: [N, C] tensor}, counts [N, L], features
-        {layer: [N, H] [CLS] hidden states at each exit}, kept, importance)``.
+        {layer: [N, H] pooled features at each exit (the head's pooling; [CLS] at the last)}, kept, importance)``.
         """
         spec, base = self.spec, self.base
         x = base.embeddings(input_ids)
@@ -296,8 +329,12 @@ class DynamicModel(nn.Module):
             bias = torch.where(keep, 0.0, MASK_BIAS).to(x.dtype)
             x, probs = attend(layer, x, bias.view(n, 1, 1, -1))
             if number in spec.exits:
-                features[number] = x[:, 0]
-                logits[number] = self.head(number)(x)
+                if number == L:
+                    features[number], logits[number] = x[:, 0], self.head(number)(x)
+                else:  # an early exit pools the tokens this layer processed
+                    head = self.exit_heads[str(number)]
+                    features[number] = head.pool(x, keep.to(x.dtype))
+                    logits[number] = head.classify(features[number])
             if number in spec.token_layers and tokens != "none":
                 imp = token_importance(probs.detach(), bias).float().cpu().numpy()
                 rows = keep.cpu().numpy()

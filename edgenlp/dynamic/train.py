@@ -151,7 +151,8 @@ def learn_token_thresholds(base: EncoderClassifier, data: Encoded, teacher: torc
 @torch.no_grad()
 def exit_features(model: DynamicModel, data: Encoded, *, pad_id: int, batch_size: int = 64,
                   device: str = "cpu") -> dict[int, torch.Tensor]:
-    """``{exit layer: [N, H]}`` [CLS] hidden states at every early exit, under the model's hard token pruning."""
+    """``{exit layer: [N, H]}`` pooled features at every early exit (its head's pooling: the [CLS] hidden state or the
+    mean over the tokens the layer processed), under the model's hard token pruning."""
     spec = model.spec
     model.eval()
     out = {l: torch.zeros(len(data), model.shape.hidden) for l in spec.exits[:-1]}
@@ -173,7 +174,7 @@ def _head_loss(logits, teacher, labels, config: DynamicConfig):
 
 def train_heads(model: DynamicModel, data: Encoded, teacher: torch.Tensor, config: DynamicConfig, *, pad_id: int,
                 device: str = "cpu") -> list[dict]:
-    """Train every early exit head on frozen [CLS] features (the backbone and final classifier untouched)."""
+    """Train every early exit head on frozen pooled features (the backbone and final classifier untouched)."""
     feats = exit_features(model, data, pad_id=pad_id, device=device)
     labels = torch.tensor(data.labels, dtype=torch.long)
     heads = {l: model.exit_heads[str(l)] for l in feats}
@@ -194,7 +195,7 @@ def train_heads(model: DynamicModel, data: Encoded, teacher: torch.Tensor, confi
                 break
             index = order[start : start + config.batch_size]
             t = teacher[index].to(device)
-            losses = [_head_loss(h(feats[l][index].to(device).unsqueeze(1)), t, labels[index].to(device), config)
+            losses = [_head_loss(h.classify(feats[l][index].to(device)), t, labels[index].to(device), config)
                       for l, h in heads.items()]
             loss = torch.stack(losses).sum()
             opt.zero_grad()

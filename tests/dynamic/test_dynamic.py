@@ -196,3 +196,54 @@ def test_native_and_plain_runners_still_run_a_dynamic_bundle_statically(tiny_dyn
     for cls in (ExecuTorchRunner, OnnxRunner):
         with cls(tiny_dynamic_bundle) as r:
             assert np.abs(r.predict_logits(ODD) - want).max() <= TOL
+
+
+def test_cls_pooled_exits_run_the_same_in_every_runtime_and_stay_one_delegate_call(tiny_dynamic_dir, dyn_task_dir,
+                                                                                   tmp_path):
+    """The other pooling than the fixture's (mean, the default: tested on the session bundle above): exit heads that
+    read [CLS] take the same decisions and logits in the masked reference and in the gathered segments of every
+    runtime, and each segment still lowers to one XNNPACK delegate call."""
+    import shutil
+
+    from edgenlp.data.tasks import load_task
+    from edgenlp.dynamic.api import load_dynamic, write_dynamic
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.models.registry import load_model
+
+    mean = load_dynamic(tiny_dynamic_dir)
+    assert {h.pooling for h in mean.exit_heads.values()} == {"mean"}  # the default
+    folder = shutil.copytree(tiny_dynamic_dir, tmp_path / "cls")
+    for head in mean.exit_heads.values():
+        head.pooling = "cls"
+    write_dynamic(folder, mean)
+    cls = load_dynamic(folder)
+    assert {h.pooling for h in cls.exit_heads.values()} == {"cls"}
+    mean = load_dynamic(tiny_dynamic_dir)
+    h = torch.randn(1, 5, mean.shape.hidden, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # the same weights: the mean of the tokens, or [CLS]
+        assert not torch.allclose(mean.exit_heads["1"](h), cls.exit_heads["1"](h))
+        torch.testing.assert_close(mean.exit_heads["1"](h), cls.exit_heads["1"](h.mean(1, keepdim=True)))
+        torch.testing.assert_close(cls.exit_heads["1"](h), mean.exit_heads["1"](h[:, :1]))
+    model, info = load_model(folder)
+    bundle = export_bundle(model, info, tmp_path / "b", task=load_task(dyn_task_dir),
+                           config=ExportConfig(max_seq_len=32, buckets=DYN_BUCKETS))
+    d = bundle.manifest["dynamic"]
+    methods = {m["name"]: m for m in d["pte"]["methods"]}
+    for name in (name for s in d["segments"] for name in s["pte"].values()):
+        assert methods[name]["delegate_calls"] == 1 and methods[name]["non_delegated_ops"] == {}, methods[name]
+    layers = set()
+    for runtime in (*RUNTIMES, "eager"):
+        runner = eager_runner(cls) if runtime == "eager" else get_runner(bundle.path, runtime=runtime)
+        # 0: every sentence stops at the first exit; 0.95: some go on, past layers that dropped tokens
+        for threshold in (0.0, 0.95):
+            settings = Settings(False, True, "maxprob", threshold, "keep", (None, None, None), 0.55)
+            want = _masked_reference(cls, runner, ODD, settings)
+            with runner:
+                got = [run_sentence(runner.backend, runner.segments, ids, settings, mask_bias=runner.mask_bias,
+                                    pad_id=runner.pad_id, num_layers=3, trace=True) for ids in runner.token_ids(ODD)]
+            for p, (layer, tokens_, _, logits) in zip(got, want):
+                assert p.exit_layer == layer and p.tokens == tokens_, (runtime, threshold)
+                np.testing.assert_allclose(p.logits, logits, atol=TOL, err_msg=f"{runtime} at {threshold}")
+                layers.add(layer)
+            assert threshold or {p.exit_layer for p in got} == {1}
+    assert layers - {1}, "no sentence went past the first exit"

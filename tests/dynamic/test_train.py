@@ -72,6 +72,26 @@ def test_validation_rows_can_come_from_long_training_rows_only(dyn_task_dir):
     assert DynamicConfig.from_dict(old).val_min_words == 0  # a version-1 step drew from every row
 
 
+def test_quantize_verb_writes_the_recalibrated_threshold_into_the_bundle(tiny_dynamic_dir, dyn_task_dir, tmp_path):
+    """edgenlp quantize on a dynamic model: the quantize step records the threshold calibrated on the int8 model, the
+    bundle's manifest carries it, and the command says so."""
+    from click.testing import CliRunner
+
+    from edgenlp.bundle import Bundle
+    from edgenlp.cli import main
+
+    task = own_predictions_task(tiny_dynamic_dir, dyn_task_dir, tmp_path / "task")
+    r = CliRunner().invoke(main, ["quantize", str(tiny_dynamic_dir), "--scheme", "int8", "--task", str(task),
+                                  "--format", "onnx", "--seq-len", "32", "--out", str(tmp_path / "q")])
+    assert r.exit_code == 0, r.output
+    b = Bundle.open(tmp_path / "q")
+    exits = next(s for s in b.recipe if s.type == "quantize").result["exits"]
+    assert exits["threshold_before"] == load_dynamic(tiny_dynamic_dir).spec.threshold and "reach" in exits
+    assert exits["threshold"] != exits["threshold_before"]  # (else the next line could not tell them apart)
+    assert b.dynamic.spec.threshold == exits["threshold"]
+    assert f"-> {exits['threshold']:.4g}, calibrated again on the quantized model" in r.output
+
+
 def test_soft_mask_hardens_into_the_masked_model():
     """At a vanishing temperature the soft-masked forward is the hard threshold model."""
     from edgenlp.dynamic.model import DynamicModel
@@ -189,6 +209,28 @@ def test_eager_segments_with_exits_off_equal_the_static_model(tiny_ft_dir, tiny_
     assert np.abs(got - want).max() <= 1e-5, np.abs(got - want).max()
 
 
+def own_predictions_task(model_dir, task_dir, folder):
+    """``task_dir`` with its training rows labelled by the static predictions of the dynamic model at ``model_dir``.
+
+    The tiny model is at chance on its task, where exiting at once always pays (threshold 0 on every model);
+    labelled with its own predictions, early exits cost accuracy, and the calibrated threshold lands inside the
+    range, apart for the fp32 and the int8 model.
+    """
+    from edgenlp.dynamic.api import trace_split
+    from edgenlp.finetune.trainer import encode_split, load_tokenizer
+    from edgenlp_testing import write_task_dir
+
+    dyn = load_dynamic(model_dir)
+    _, info = load_model(model_dir)
+    task = load_task(task_dir)
+    data = encode_split(load_tokenizer(info), task.train, task.labels, max_len=info.recipe[-1].config.max_seq_len)
+    with torch.no_grad():
+        own = trace_split(dyn, data, pad_id=0, tokens="none").exit_logits[dyn.spec.num_layers].argmax(-1)
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_task_dir(folder, train=[(x, task.labels[y]) for x, y in zip(task.train.texts, own)],
+                          dev=list(zip(task.dev.texts, task.dev.labels)))
+
+
 def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tiny_dynamic_dir, dyn_task_dir, tmp_path):
     """The quantize step records a threshold chosen on the int8 model's own exit logits (the same validation rows and
     maximum drop), and export reads it; ``exit_calibration="fp32"`` keeps the fp32 threshold."""
@@ -199,20 +241,12 @@ def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tin
     from edgenlp.finetune.trainer import encode_split, load_tokenizer
     from edgenlp.quantize.api import quantize_model
     from edgenlp.quantize.config import QuantizeConfig
-    from edgenlp_testing import write_task_dir
 
     model, info = load_model(tiny_dynamic_dir)
     cfg = info.recipe[-1].config
     fp32 = load_dynamic(tiny_dynamic_dir)
     tokenizer = load_tokenizer(info)
-    # The tiny model is at chance on its task, where exiting at once always pays; labelled with its own static
-    # predictions, early exits cost accuracy and the threshold lands inside the range (apart for fp32 and int8).
-    task = load_task(dyn_task_dir)
-    with torch.no_grad():
-        own = trace_split(fp32, encode_split(tokenizer, task.train, task.labels, max_len=cfg.max_seq_len), pad_id=0,
-                          tokens="none").exit_logits[fp32.spec.num_layers].argmax(-1)
-    task = load_task(write_task_dir(tmp_path, train=[(x, task.labels[y]) for x, y in zip(task.train.texts, own)],
-                                    dev=list(zip(task.dev.texts, task.dev.labels))))
+    task = load_task(own_predictions_task(tiny_dynamic_dir, dyn_task_dir, tmp_path / "task"))
     qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
     got = exits_calibrated(qmodel, qinfo, info, task)
     exits = got.recipe[-1].result["exits"]

@@ -198,11 +198,12 @@ def test_native_and_plain_runners_still_run_a_dynamic_bundle_statically(tiny_dyn
             assert np.abs(r.predict_logits(ODD) - want).max() <= TOL
 
 
-def test_cls_pooled_exits_run_the_same_in_every_runtime_and_stay_one_delegate_call(tiny_dynamic_dir, dyn_task_dir,
-                                                                                   tmp_path):
-    """The other pooling than the fixture's (mean, the default: tested on the session bundle above): exit heads that
-    read [CLS] take the same decisions and logits in the masked reference and in the gathered segments of every
-    runtime, and each segment still lowers to one XNNPACK delegate call."""
+def test_cls_pooled_exits_take_the_masked_references_decisions_in_one_delegate_call(tiny_dynamic_dir, dyn_task_dir,
+                                                                                    tmp_path):
+    """The other pooling than the fixture's (mean, the default: every runtime is tested on the session bundle above):
+    exit heads that read [CLS] take the same decisions and logits in the masked reference, eagerly and through the
+    lowered segments, and each segment still lowers to one XNNPACK delegate call (ExecuTorch, one bucket: the
+    segments' ONNX graphs and the re-bucketing do not depend on the head, and lowering is the slow part)."""
     import shutil
 
     from edgenlp.data.tasks import load_task
@@ -226,13 +227,13 @@ def test_cls_pooled_exits_run_the_same_in_every_runtime_and_stay_one_delegate_ca
         torch.testing.assert_close(cls.exit_heads["1"](h), mean.exit_heads["1"](h[:, :1]))
     model, info = load_model(folder)
     bundle = export_bundle(model, info, tmp_path / "b", task=load_task(dyn_task_dir),
-                           config=ExportConfig(max_seq_len=32, buckets=DYN_BUCKETS))
+                           config=ExportConfig(formats=("pte",), max_seq_len=32, buckets=(32,)))
     d = bundle.manifest["dynamic"]
     methods = {m["name"]: m for m in d["pte"]["methods"]}
     for name in (name for s in d["segments"] for name in s["pte"].values()):
         assert methods[name]["delegate_calls"] == 1 and methods[name]["non_delegated_ops"] == {}, methods[name]
     layers = set()
-    for runtime in (*RUNTIMES, "eager"):
+    for runtime in ("executorch", "eager"):
         runner = eager_runner(cls) if runtime == "eager" else get_runner(bundle.path, runtime=runtime)
         # 0: every sentence stops at the first exit; 0.95: some go on, past layers that dropped tokens
         for threshold in (0.0, 0.95):

@@ -308,20 +308,12 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     report["validation"]["curves"] = all_rule_curves(trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
                                                      static_cost_value=s_cost)
     if config.threshold is None and len(exits) > 1:
-        points = exit_curve(config.rule, trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
-                            static_cost=s_cost)
-        point, feasible = choose(points, config.max_drop)
-        if not feasible:
-            log.warning("no %s threshold keeps the validation drop within %.2f points; using the most accurate (%.2f)",
-                        config.rule, config.max_drop, point.drop)
+        point = _calibrated(dyn, trace, val_labels, static_acc, s_cost, config.max_drop)
         dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold))
     final = exit_curve(dyn.spec.rule, trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
                        static_cost=s_cost, thresholds=[dyn.spec.threshold])[0]
-    # the share of validation sentences that run each layer at the chosen threshold (the planner's expected latency)
-    stop = np.asarray(exits)[first_exit(dyn.spec.rule, exit_scores(dyn.spec.rule, trace, exits), dyn.spec.threshold)]
-    reach = [float((stop >= layer).mean()) for layer in range(1, L + 1)]
     report["validation"]["chosen"] = {**final.to_dict(), "tokens_kept": [float(x) for x in trace.tokens.mean(0)],
-                                      "reach": reach, "within_max_drop": final.drop <= config.max_drop + 1e-9}
+                                      "reach": _reach(dyn.spec, trace), "within_max_drop": final.drop <= config.max_drop + 1e-9}
     dyn = dyn.cpu().eval()
     for p in dyn.parameters():
         p.requires_grad_(False)
@@ -374,22 +366,17 @@ def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
     if id_map is not None:
         val, pad_id = Encoded([id_map(r) for r in val.ids], val.labels), id_map([pad_id])[0]
     labels = np.asarray(val.labels)
-    L, exits = dyn.spec.num_layers, dyn.spec.exits
+    L = dyn.spec.num_layers
     with torch.no_grad():
         trace = trace_split(dyn.to(device), val, pad_id=pad_id, device=device)
         static = trace if dyn.spec.tokens == "none" else trace_split(dyn, val, pad_id=pad_id, device=device, tokens="none")
     static_acc = float((static.exit_logits[L].argmax(-1) == labels).mean())
     s_cost = static_cost(dyn.shape, static.tokens[:, 0], dyn.num_labels)
-    points = exit_curve(dyn.spec.rule, trace, labels, exits, shape=dyn.shape, static_accuracy=static_acc, static_cost=s_cost)
-    point, feasible = choose(points, config.max_drop)
-    if not feasible:
-        log.warning("no %s threshold keeps the validation drop within %.2f points on this model; using the most "
-                    "accurate (%.2f)", dyn.spec.rule, config.max_drop, point.drop)
+    point = _calibrated(dyn, trace, labels, static_acc, s_cost, config.max_drop)
     dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold)).cpu().eval()
-    stop = np.asarray(exits)[first_exit(dyn.spec.rule, exit_scores(dyn.spec.rule, trace, exits), dyn.spec.threshold)]
     out.update(threshold=float(point.threshold), val_rows=split["val_rows"], static_accuracy=static_acc,
                drop=float(point.drop), cost=float(point.cost), mean_exit_layer=float(point.mean_exit_layer),
-               reach=[float((stop >= layer).mean()) for layer in range(1, L + 1)],
+               reach=_reach(dyn.spec, trace),
                within_max_drop=bool(point.drop <= config.max_drop + 1e-9), seconds=round(time.perf_counter() - start, 1))
     log.info("exit threshold calibrated again: %s %.4g -> %.4g; validation drop %.2f points at %.2fx the static FLOPs",
              dyn.spec.rule, before, point.threshold, point.drop, point.cost)
@@ -405,6 +392,25 @@ def exit_threshold_of(steps) -> float | None:
         elif isinstance(step.result.get("exits"), dict) and "threshold" in step.result["exits"]:
             threshold = float(step.result["exits"]["threshold"])
     return threshold
+
+
+def _calibrated(dyn: DynamicModel, trace, labels, static_acc: float, s_cost: float, max_drop: float):
+    """The cheapest point of ``dyn``'s rule on ``trace`` within ``max_drop`` points (the most accurate, warned, when
+    none is)."""
+    points = exit_curve(dyn.spec.rule, trace, labels, dyn.spec.exits, shape=dyn.shape, static_accuracy=static_acc,
+                        static_cost=s_cost)
+    point, feasible = choose(points, max_drop)
+    if not feasible:
+        log.warning("no %s threshold keeps the validation drop within %.2f points; using the most accurate (%.2f)",
+                    dyn.spec.rule, max_drop, point.drop)
+    return point
+
+
+def _reach(spec: DynamicSpec, trace) -> list[float]:
+    """The share of ``trace``'s sentences that run each layer at ``spec``'s threshold (the planner's expected latency)."""
+    exits = spec.exits
+    stop = np.asarray(exits)[first_exit(spec.rule, exit_scores(spec.rule, trace, exits), spec.threshold)]
+    return [float((stop >= layer).mean()) for layer in range(1, spec.num_layers + 1)]
 
 
 def _never(rule: str, num_exits: int) -> float:

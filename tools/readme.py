@@ -1473,6 +1473,20 @@ def sparse_kernels_vnni(r: Results) -> str:
     return _bench_module("sparse_kernels").render_markdown(r("sparse-kernels-avx512vnni"))
 
 
+@section("dynamic-val-rows")
+def dynamic_val_rows(r: Results) -> str:
+    doc = r("dynamic-val-rows")
+    h = doc.get("host", {})
+    table = [line for line in _bench_module("dynamic_val_rows").markdown(doc).splitlines() if line.startswith("|")]
+    return "\n\n".join([
+        "\n".join(table),
+        paragraph(f"""{doc['task']}, rule {doc['rule']}, maximum drop {doc['max_drop']} points; the
+                  {doc['validation_rows']} validation rows of `{Path(doc['model']).parent.name}` (below), each size
+                  drawn {doc['rows'][0]['draws']} times. Host: {h.get('cpu_model', 'not recorded')}, ISA flags
+                  {h.get('isa_flags')} (eager, FLOPs only; `tools/bench/results/dynamic-val-rows.md`)."""),
+    ])
+
+
 @section("dynamic")
 def dynamic(r: Results) -> str:
     doc = r("dynamic")

@@ -322,8 +322,8 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     report.update(spec=dyn.spec.to_dict(), seconds=round(time.perf_counter() - start, 1), device=dev_name,
                   threads=torch.get_num_threads(), environment=environment())
     new_info = replace(info, recipe=(*info.recipe, Step("dynamic", config, result)))
-    log.info("dynamic: exits %s, rule %s at %s, tokens %s; validation drop %.2f points at %.2fx the static FLOPs",
-             list(exits), dyn.spec.rule, dyn.spec.threshold, dyn.spec.tokens, final.drop, final.cost)
+    log.info("dynamic: exits %s, rule %s at %s, tokens %s; validation drop %.2f +- %.2f points at %.2fx the static FLOPs",
+             list(exits), dyn.spec.rule, dyn.spec.threshold, dyn.spec.tokens, final.drop, final.drop_se, final.cost)
     return DynamicResult(dyn, new_info, report)
 
 
@@ -375,11 +375,12 @@ def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
     point = _calibrated(dyn, trace, labels, static_acc, s_cost, config.max_drop)
     dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold)).cpu().eval()
     out.update(threshold=float(point.threshold), val_rows=split["val_rows"], static_accuracy=static_acc,
-               drop=float(point.drop), cost=float(point.cost), mean_exit_layer=float(point.mean_exit_layer),
+               drop=float(point.drop), drop_se=float(point.drop_se), cost=float(point.cost),
+               mean_exit_layer=float(point.mean_exit_layer),
                reach=_reach(dyn.spec, trace),
                within_max_drop=bool(point.drop <= config.max_drop + 1e-9), seconds=round(time.perf_counter() - start, 1))
-    log.info("exit threshold calibrated again: %s %.4g -> %.4g; validation drop %.2f points at %.2fx the static FLOPs",
-             dyn.spec.rule, before, point.threshold, point.drop, point.cost)
+    log.info("exit threshold calibrated again: %s %.4g -> %.4g; validation drop %.2f +- %.2f points at %.2fx the static "
+             "FLOPs", dyn.spec.rule, before, point.threshold, point.drop, point.drop_se, point.cost)
     return dyn, out
 
 
@@ -403,6 +404,10 @@ def _calibrated(dyn: DynamicModel, trace, labels, static_acc: float, s_cost: flo
     if not feasible:
         log.warning("no %s threshold keeps the validation drop within %.2f points; using the most accurate (%.2f)",
                     dyn.spec.rule, max_drop, point.drop)
+    elif point.drop_se > max(max_drop, 0.0) and max_drop > 0:
+        log.warning("the %d validation rows measure the chosen threshold's drop to +-%.2f points (one standard "
+                    "error), more than --max-drop %.2f: the threshold is mostly noise; hold out more rows (--val-rows)",
+                    len(labels), point.drop_se, max_drop)
     return point
 
 

@@ -30,6 +30,9 @@ class Point:
     drop: float  # accuracy points below the static model
     cost: float  # expected FLOPs relative to the static model
     mean_exit_layer: float
+    # standard error of the drop the exits add, in points: of the per-row difference against the trace's last exit
+    # (paired); it shrinks as 1/sqrt(rows)
+    drop_se: float = 0.0
 
     def to_dict(self) -> dict:
         return {k: round(v, 6) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -86,14 +89,18 @@ def exit_curve(rule: str, trace, labels: np.ndarray, exits: tuple[int, ...], *, 
     per_layer = layer_flops(shape, trace.tokens)
     cum = np.cumsum(per_layer, 1)
     hf = head_flops(shape, trace.exit_logits[exits[-1]].shape[1])
+    last_right = preds[:, -1] == labels
     out = []
     for t in thresholds if thresholds is not None else candidates(rule, scores, len(exits)):
         idx = first_exit(rule, scores, t)
         rows = np.arange(len(idx))
         layer = np.asarray(exits)[idx]
-        acc = float((preds[rows, idx] == labels).mean())
+        right = preds[rows, idx] == labels
+        acc = float(right.mean())
         cost = float((cum[rows, layer - 1] + (idx + 1) * hf).mean()) / static_cost
-        out.append(Point(float(t), acc, 100.0 * (static_accuracy - acc), cost, float(layer.mean())))
+        diff = last_right.astype(np.float64) - right
+        se = 100.0 * float(np.sqrt(diff.var() / len(diff))) if len(diff) else 0.0
+        out.append(Point(float(t), acc, 100.0 * (static_accuracy - acc), cost, float(layer.mean()), se))
     return out
 
 

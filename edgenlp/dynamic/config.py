@@ -48,6 +48,17 @@ class DynamicConfig(Config):
     more on sentences). ``train_limit`` caps the training rows the heads and
     thresholds learn from.
 
+    How many validation rows: a threshold's drop is measured to about
+    ``100 * sqrt(changed / n)`` points (one standard error, ``changed`` the
+    share of rows whose correctness the exits change), recorded as
+    ``drop_se`` beside the chosen point and warned about when it exceeds
+    ``max_drop``. The drop rises slowly as the threshold falls, so that noise
+    moves the chosen threshold far: on SST-2 at 0.5 points, thresholds chosen
+    on 1,000 rows cost anywhere from about 0.4x to 0.7x the static FLOPs and
+    up to three times the drop allowed, on 4,000 rows far less
+    (``tools/bench/results/dynamic-val-rows.md``). Hold out thousands of rows
+    where the task has them.
+
     ``exit_pooling``: an exit head reads the mean of the tokens its layer
     processed (``mean``, the default), or the ``[CLS]`` token as the model's
     own classifier does (``cls``). The first layers have barely mixed the
@@ -74,7 +85,8 @@ class DynamicConfig(Config):
                        "ratio per layer (keep) or none.")
     keep_ratio: float = knob(1.0, help="Tokens kept after each token layer with tokens='keep', in (0, 1].")
     max_drop: float = knob(0.5, help="Max validation accuracy drop, in points, the calibrated thresholds may cost.")
-    val_rows: int = knob(2000, help="Training rows held out for calibration (never dev).")
+    val_rows: int = knob(2000, help="Training rows held out for calibration (never dev); more rows measure a "
+                         "threshold's drop more precisely (the report's drop_se).")
     val_min_words: int = knob(0, help="Hold out only training rows of at least this many words (when inputs are "
                               "longer than most training rows, e.g. SST-2's phrases); 0: any row.")
     train_limit: int | None = knob(8000, help="Training rows the exit heads and token thresholds learn from.")

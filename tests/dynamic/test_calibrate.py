@@ -43,6 +43,28 @@ def test_choose_is_the_cheapest_threshold_within_the_drop(rule, max_drop):
         assert point.mean_exit_layer == 1.0  # everything may stop at the first exit
 
 
+def test_the_drop_standard_error_is_paired_against_the_last_exit():
+    """Each point's ``drop_se``: the standard error of the per-row difference (last exit right, minus the exit taken
+    right), counted by hand, on a trace whose last exit is wrong on some rows (else it is the unpaired one)."""
+    shape = EncoderShape(family="bert", vocab_size=100, hidden=32, heads=(2, 2), head_dim=16, ffn=(64, 64), max_positions=64)
+    rng = np.random.default_rng(1)
+    trace, gold = _trace(rng, n=200)
+    wrong = rng.random(len(gold)) < 0.2
+    trace.exit_logits[2][wrong] = np.roll(trace.exit_logits[2][wrong], 1, axis=1)
+    last_right = trace.exit_logits[2].argmax(1) == gold
+    points = exit_curve("maxprob", trace, gold, (1, 2), shape=shape, static_accuracy=float(last_right.mean()),
+                        static_cost=static_cost(shape, trace.tokens[:, 0], 3))
+    assert any(p.drop_se > 0 for p in points)
+    p1 = np.exp(trace.exit_logits[1].astype(np.float64))
+    conf = p1.max(1) / p1.sum(1)
+    for p in points:
+        early = conf >= p.threshold
+        right = np.where(early, trace.exit_logits[1].argmax(1), trace.exit_logits[2].argmax(1)) == gold
+        diff = last_right.astype(float) - right
+        n = len(diff)
+        assert p.drop_se == pytest.approx(100 * np.sqrt(((diff - diff.mean()) ** 2).sum() / n / n), abs=1e-6)
+
+
 def _entropy(z):
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)

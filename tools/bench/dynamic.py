@@ -73,6 +73,13 @@ CASES = {
     "sst2-mean": dict(task="sst2", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5, val_rows=1000,
                       val_min_words=13, train_limit=2000, heads=dict(epochs=20, lr=3e-3, exit_pooling="mean"),
                       target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
+    # sst2-mean with 8000 validation rows (of the 12,925 unseen training rows of at least 13 words) and heads
+    # distilled on 16,000 training rows: on 1000 rows the drop of a threshold is known to about +-0.8 points (the
+    # paired standard error), more than the 0.5 allowed, so the calibration mostly followed noise. Settings chosen on
+    # the validation rows (training split): 0.82x -> 0.55x the static FLOPs at 0.5 points.
+    "sst2-8k-val": dict(task="sst2", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5, val_rows=8000,
+                        val_min_words=13, train_limit=16000, heads=dict(epochs=5, lr=3e-3, exit_pooling="mean"),
+                        target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
     "banking77": dict(task="banking77", seq=64, exits="all", tokens="none", max_drop=0.5, val_rows=1000,
                       train_limit=3000, target=dict(speedup=1.3, drop=0.5)),
     "imdb128-ltp": dict(task="imdb", seq=128, exits="none", tokens="ltp", max_drop=1.0, val_rows=500, train_limit=1500,
@@ -198,8 +205,10 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
               "load_avg": {"start": la0, "end": la1}, "variants": {}}
     for v, runner in runners.items():
         s, d = preds[f"{v}/static"], preds[f"{v}/dynamic"]
-        acc_s = float((np.array([p.logits.argmax() for p in s]) == gold).mean())
-        acc_d = float((np.array([p.logits.argmax() for p in d]) == gold).mean())
+        right_s = np.array([p.logits.argmax() for p in s]) == gold
+        right_d = np.array([p.logits.argmax() for p in d]) == gold
+        acc_s, acc_d = float(right_s.mean()), float(right_d.mean())
+        diff = right_s.astype(np.float64) - right_d  # paired: the same sentences, static and dynamic
         ls, ld = summarize(per_sentence[f"{v}/static"]), summarize(per_sentence[f"{v}/dynamic"])
         ratio = np.array(per_sentence[f"{v}/static"]) / np.array(per_sentence[f"{v}/dynamic"])
         L = runner.spec.num_layers
@@ -211,6 +220,8 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
         result["variants"][v] = {
             "static": {"accuracy": acc_s, "latency_ms": ls}, "dynamic": {"accuracy": acc_d, "latency_ms": ld},
             "extra_drop_points": round(100 * (acc_s - acc_d), 3),
+            "extra_drop_se_points": round(100 * float(np.sqrt(diff.var() / len(diff))), 3),
+            "changed_rows": {"lost": int((diff > 0).sum()), "gained": int((diff < 0).sum())},
             "speedup_mean": ls["mean"] / ld["mean"], "p90_ratio": ld["p90"] / ls["p90"],
             "per_sentence_speedup_median": float(np.median(ratio)),
             "exit_layers": exits, "mean_exit_layer": float(np.mean([p.exit_layer for p in d])),
@@ -280,30 +291,42 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [(c, v) for c, res in results["cases"].items() if "variants" in res for v in res["variants"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), sharey=True, squeeze=False)
-    for ax, (case, v) in zip(axes[0], panels):
+    cases = [c for c, res in results["cases"].items() if "variants" in res]
+    cols = max(len(results["cases"][c]["variants"]) for c in cases)
+    fig, axes = plt.subplots(len(cases), cols, figsize=(6.0 * cols, 3.6 * len(cases)), sharey=True, squeeze=False)
+    for row, case in zip(axes, cases):
         res = results["cases"][case]
-        cur = res["curves"]["by_variant"][v]
-        for rule in ("maxprob", "entropy", "patience", "keep"):
-            pts = sorted([p for p in cur["points"] if p["rule"] == rule], key=lambda p: p["speedup"])
-            if pts:
-                ax.plot([p["speedup"] for p in pts], [-p["drop_points"] for p in pts], "o-", ms=3,
-                        label=rule if rule != "keep" else "keep ratio (no exits)")
-        ax.plot([1.0], [0.0], "ks", label="static")
-        h = res["variants"][v]
-        ax.plot([h["speedup_mean"]], [-h["extra_drop_points"]], "r*", ms=12, label="calibrated threshold (all measured dev rows)")
-        for p in PUBLISHED:
-            if p["speedup"] is not None and p["drop"] is not None:
-                ax.plot([p["speedup"]], [-p["drop"]], "x", color="gray")
-                ax.annotate(f"{p['method']} (published{', bound' if p.get('drop_is_bound') else ''})",
-                            (p["speedup"], -p["drop"]), fontsize=7, color="gray")
-        ax.axhline(0, color="k", lw=0.5)
-        ax.set_title(f"{case}, {v} (ExecuTorch, 1 thread)")
+        for ax, v in zip(row, res["variants"]):
+            cur = res["curves"]["by_variant"][v]
+            for rule in ("maxprob", "entropy", "patience", "keep"):
+                pts = sorted([p for p in cur["points"] if p["rule"] == rule], key=lambda p: p["speedup"])
+                if pts:
+                    ax.plot([p["speedup"] for p in pts], [-p["drop_points"] for p in pts], "o-", ms=3,
+                            label=rule if rule != "keep" else "keep ratio (no exits)")
+            t = res["spec"]["target"]  # the issue's target region: at least this fast, at most this much lost
+            ax.fill_between([t["speedup"], max(6.0, t["speedup"] + 1)], -t["drop"], 2.0, color="green", alpha=0.08,
+                            label=f"issue target (≥{t['speedup']}x, ≤{t['drop']} pts)")
+            ax.plot([1.0], [0.0], "ks", label="static")
+            h = res["variants"][v]
+            ax.plot([h["speedup_mean"]], [-h["extra_drop_points"]], "r*", ms=12,
+                    label="calibrated threshold (all measured dev rows)")
+            if "extra_drop_se_points" in h:
+                ax.errorbar([h["speedup_mean"]], [-h["extra_drop_points"]], yerr=[h["extra_drop_se_points"]], color="r",
+                            capsize=3, lw=1)
+            for p in PUBLISHED:
+                if p["speedup"] is not None and p["drop"] is not None:
+                    ax.plot([p["speedup"]], [-p["drop"]], "x", color="gray")
+                    ax.annotate(f"{p['method']} (published{', bound' if p.get('drop_is_bound') else ''})",
+                                (p["speedup"], -p["drop"]), fontsize=7, color="gray")
+            ax.axhline(0, color="k", lw=0.5)
+            ax.set_title(f"{case}, {v} (ExecuTorch, 1 thread)")
+            ax.set_xlim(0.8, 3.5)
+            ax.set_ylim(-6.0, 1.5)  # the region that matters; the curves' fastest points run further down
+            ax.grid(alpha=0.3)
+        row[0].set_ylabel("dev accuracy change (points)")
+    for ax in axes[-1]:
         ax.set_xlabel("mean-latency speedup vs the same static bundle")
-        ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("dev accuracy change (points)")
-    axes[0][-1].legend(fontsize=7)
+    axes[0][-1].legend(fontsize=7, loc="lower left")
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
@@ -319,9 +342,14 @@ def target_text(t: dict) -> str:
     return f"≥{t['speedup']}x at ≤{t['drop']} pts" + (f", p90 ≤{1 + t['p90_slower']:.2f}x static" if "p90_slower" in t else "")
 
 
+def _se(row: dict) -> str:
+    """`` ± SE`` of a measured extra drop: the paired standard error over the dev rows (not in older results)."""
+    return f" ± {row['extra_drop_se_points']:.2f}" if "extra_drop_se_points" in row else ""
+
+
 def results_table(results: dict) -> str:
     """The measured table (also what the README shows)."""
-    lines = ["| case | variant | dev rows | static acc | dynamic acc | extra drop (pts) | static mean / p90 ms "
+    lines = ["| case | variant | dev rows | static acc | dynamic acc | extra drop ± SE (pts) | static mean / p90 ms "
              "| dynamic mean / p90 ms | speedup (mean) | p90 ratio | exit threshold | mean exit layer | tokens per layer "
              "| issue target |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -331,7 +359,8 @@ def results_table(results: dict) -> str:
         for v, r in res["variants"].items():
             lines.append(
                 f"| {case} | {v} | {res['n']} | {100 * r['static']['accuracy']:.2f} | {100 * r['dynamic']['accuracy']:.2f} "
-                f"| {r['extra_drop_points']:.2f} | {r['static']['latency_ms']['mean']:.2f} / {r['static']['latency_ms']['p90']:.2f} "
+                f"| {r['extra_drop_points']:.2f}{_se(r)} "
+                f"| {r['static']['latency_ms']['mean']:.2f} / {r['static']['latency_ms']['p90']:.2f} "
                 f"| {r['dynamic']['latency_ms']['mean']:.2f} / {r['dynamic']['latency_ms']['p90']:.2f} "
                 f"| {r['speedup_mean']:.2f}x | {r['p90_ratio']:.2f} | {r['settings']['threshold']:.4g} "
                 f"| {r['mean_exit_layer']:.2f} "
@@ -348,7 +377,8 @@ def markdown(results: dict) -> str:
              "Static = the `forward_<S>` methods of the same bundle (the static bundle's program, same weights and "
              "kernels); static and dynamic of every variant interleaved per sentence, a sentence's latency the median "
              "of its rounds; mean/p90 over sentences. Thresholds calibrated on held-out *training* rows; every number "
-             "below is dev.", "", results_table(results), ""]
+             "below is dev. ± SE: the paired standard error of the extra drop over the dev rows (it grows with the "
+             "number of sentences the exits change).", "", results_table(results), ""]
     lines += ["Load averages (1/5/15 min) at the start and end of each case's measurement: " + "; ".join(
         f"{c}: {r['load_avg']['start']} → {r['load_avg']['end']}" for c, r in results["cases"].items() if "load_avg" in r), ""]
     for c, r in results["cases"].items():
@@ -361,7 +391,8 @@ def markdown(results: dict) -> str:
                      + (f", token thresholds {[round(x, 3) for x in st['token_thresholds'] if x is not None]}" if st["tokens"] == "ltp" else "")
                      + (f", keep ratio {st['keep_ratio']:g}" if st["tokens"] == "keep" else "")
                      + f"; on {val.get('split', {}).get('val_rows', '?')} held-out training rows: drop "
-                     f"{ch.get('drop', float('nan')):.2f} points at {ch.get('cost', float('nan')):.2f}x the static FLOPs")
+                     f"{ch.get('drop', float('nan')):.2f}" + (f" ± {ch['drop_se']:.2f}" if "drop_se" in ch else "")
+                     + f" points at {ch.get('cost', float('nan')):.2f}x the static FLOPs")
     lines += ["", "## Published reference points (other models, hardware and batch sizes: orientation, not baselines)", "",
               "| method | setting | speedup | accuracy drop (pts) |", "|---|---|---|---|"]
     for p in PUBLISHED:

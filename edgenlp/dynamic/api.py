@@ -404,7 +404,7 @@ def _calibrated(dyn: DynamicModel, trace, labels, static_acc: float, s_cost: flo
     if not feasible:
         log.warning("no %s threshold keeps the validation drop within %.2f points; using the most accurate (%.2f)",
                     dyn.spec.rule, max_drop, point.drop)
-    elif point.drop_se > max(max_drop, 0.0) and max_drop > 0:
+    elif max_drop > 0 and point.drop_se > max_drop:
         log.warning("the %d validation rows measure the chosen threshold's drop to +-%.2f points (one standard "
                     "error), more than --max-drop %.2f: the threshold is mostly noise; hold out more rows (--val-rows)",
                     len(labels), point.drop_se, max_drop)

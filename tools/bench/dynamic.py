@@ -80,8 +80,11 @@ CASES = {
     "sst2-8k-val": dict(task="sst2", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5, val_rows=8000,
                         val_min_words=13, train_limit=16000, heads=dict(epochs=5, lr=3e-3, exit_pooling="mean"),
                         target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
-    "banking77": dict(task="banking77", seq=64, exits="all", tokens="none", max_drop=0.5, val_rows=1000,
-                      train_limit=3000, target=dict(speedup=1.3, drop=0.5)),
+    # banking77: the teacher fine-tunes on 7,000 of the 9,003 training rows (--train-limit 7000), so the 2,000
+    # validation rows are rows it never saw; heads as in sst2-8k-val, distilled on the other 7,003 rows.
+    "banking77": dict(task="banking77", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5,
+                      val_rows=2000, train_limit=7003, heads=dict(epochs=5, lr=3e-3, exit_pooling="mean"),
+                      target=dict(speedup=1.3, drop=0.5)),
     "imdb128-ltp": dict(task="imdb", seq=128, exits="none", tokens="ltp", max_drop=1.0, val_rows=500, train_limit=1500,
                         target=dict(speedup=2.0, drop=1.0)),
     "imdb128-ltp-exits": dict(task="imdb", seq=128, exits="all", tokens="ltp", max_drop=1.0, val_rows=500,

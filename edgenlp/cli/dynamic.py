@@ -97,6 +97,7 @@ def dynamic_cmd(ctx, model, task, data_dir, exits, tokens, device, out_dir, as_j
 
     from edgenlp.data.tasks import load_task
     from edgenlp.dynamic.api import make_dynamic
+    from edgenlp.dynamic.calibrate import drop_text
     from edgenlp.models.registry import load_model
     from edgenlp.utils import resolve_device
 
@@ -121,6 +122,5 @@ def dynamic_cmd(ctx, model, task, data_dir, exits, tokens, device, out_dir, as_j
     tok = {"none": "no token pruning", "keep": f"keep {spec.keep_ratio:g} of the tokens per layer",
            "ltp": "learned token thresholds " + ", ".join(f"{t:.2f}" for t in spec.token_thresholds if t is not None)}[spec.tokens]
     click.echo(f"exits {list(spec.exits)}, {spec.rule} threshold {spec.threshold:g}; {tok}; validation "
-               f"({chosen.get('mean_exit_layer', 0):.2f} mean exit layer) accuracy drop {chosen['drop']:.2f} "
-               f"+- {chosen.get('drop_se', 0.0):.2f} points at "
+               f"({chosen.get('mean_exit_layer', 0):.2f} mean exit layer) accuracy drop {drop_text(chosen)} points at "
                f"{chosen['cost']:.2f}x the static FLOPs; wrote {out}", err=True)

@@ -25,11 +25,6 @@ EXPORT_SPELLINGS = {
 }
 
 
-def _pm(result: dict) -> str:
-    """`` +- SE`` of a calibrated drop (nothing for a step recorded before the standard error was)."""
-    return f" +- {result['drop_se']:.2f}" if "drop_se" in result else ""
-
-
 def resolve_model_arg(model: str) -> str:
     """A bundle directory stands for the model it was exported from (``manifest.model.source``)."""
     from edgenlp.bundle import MANIFEST, Bundle
@@ -54,6 +49,7 @@ def run_quantize(model, *, task, data_dir, qcfg, export_config, seed, out_dir, g
     from edgenlp.data.tasks import load_task
     from edgenlp.models.registry import load_model
     from edgenlp.compress.guard import quantize_bundle
+    from edgenlp.dynamic.calibrate import drop_text
 
     data = load_task(task, data_dir=data_dir)
     m, info = load_model(resolve_model_arg(model), labels=data.labels, seed=seed)
@@ -71,7 +67,7 @@ def run_quantize(model, *, task, data_dir, qcfg, export_config, seed, out_dir, g
         click.echo(f"  exits: threshold {exits['threshold']:.4g} kept ({exits['kept']})")
     elif exits:
         click.echo(f"  exits: threshold {exits['threshold_before']:.4g} -> {exits['threshold']:.4g}, calibrated again on "
-                   f"the quantized model: validation drop {exits['drop']:.2f}{_pm(exits)} points at "
+                   f"the quantized model: validation drop {drop_text(exits)} points at "
                    f"{exits['cost']:.2f}x the static "
                    f"FLOPs ({exits['val_rows']} training rows)")
     guard = res.report.get("guard", {})

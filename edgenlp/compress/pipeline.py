@@ -272,6 +272,7 @@ class Compressor:
             import dataclasses
 
             from edgenlp.dynamic.api import make_dynamic
+            from edgenlp.dynamic.calibrate import drop_text
             from edgenlp.models.registry import load_model
             from edgenlp.targets.costmodel import ExitStats
 
@@ -286,8 +287,7 @@ class Compressor:
             stats = ExitStats(tuple(chosen["reach"]), float(chosen["drop"]), rule=res.model.spec.rule,
                               threshold=float(res.model.spec.threshold), source=source, quantized=quantized)
             self.echo(f"[exits] {cfg.rule} at {stats.threshold:.4g}: validation sentences run {stats.mean_layers:.2f} of "
-                      f"{len(stats.reach)} layers on average, drop {stats.drop:.2f} +- {chosen.get('drop_se', 0.0):.2f} "
-                      "points")
+                      f"{len(stats.reach)} layers on average, drop {drop_text(chosen)} points")
             if quantized is not None:
                 self.echo(f"[exits] with int8 linears: calibrated again at {quantized.threshold:.4g}, validation "
                           f"sentences run {quantized.mean_layers:.2f} layers, drop {quantized.drop:.2f} points")

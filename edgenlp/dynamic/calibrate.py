@@ -98,10 +98,21 @@ def exit_curve(rule: str, trace, labels: np.ndarray, exits: tuple[int, ...], *, 
         right = preds[rows, idx] == labels
         acc = float(right.mean())
         cost = float((cum[rows, layer - 1] + (idx + 1) * hf).mean()) / static_cost
-        diff = last_right.astype(np.float64) - right
-        se = 100.0 * float(np.sqrt(diff.var() / len(diff))) if len(diff) else 0.0
-        out.append(Point(float(t), acc, 100.0 * (static_accuracy - acc), cost, float(layer.mean()), se))
+        out.append(Point(float(t), acc, 100.0 * (static_accuracy - acc), cost, float(layer.mean()),
+                         paired_se(last_right, right)))
     return out
+
+
+def paired_se(reference_right, right) -> float:
+    """Standard error, in points, of the accuracy difference between two predictions of the same rows (``True``
+    where each is right), paired per row: what a drop measured on those rows is known to."""
+    diff = np.asarray(reference_right, dtype=np.float64) - np.asarray(right, dtype=np.float64)
+    return 100.0 * float(np.sqrt(diff.var() / len(diff))) if len(diff) else 0.0
+
+
+def drop_text(result: dict) -> str:
+    """A recorded drop as printed: ``"0.44 +- 0.11"`` (the drop alone for a record made before ``drop_se`` was)."""
+    return f"{result['drop']:.2f}" + (f" +- {result['drop_se']:.2f}" if "drop_se" in result else "")
 
 
 def static_cost(shape, lengths: np.ndarray, num_labels: int) -> float:

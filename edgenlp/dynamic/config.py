@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from edgenlp.config import Config, knob
 from edgenlp.dynamic.rules import RULES, TOKEN_MODES, check_keep_ratio, check_threshold
+from edgenlp.recipe import register_step
 
 # What an exit head reads (edgenlp.dynamic.model.ExitHead; here so that reading a recipe imports no torch).
 POOLINGS = ("cls", "mean")
-from edgenlp.recipe import register_step
 
 
 @dataclass(frozen=True)

@@ -166,6 +166,7 @@ def summarize(lat: list[float]) -> dict:
 def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int | None, rounds: int,
             curve_limit: int) -> dict:
     """Static vs dynamic of every variant, interleaved per sentence over ``rounds`` rounds; then the per-rule curves."""
+    from edgenlp.dynamic.calibrate import paired_se
     from edgenlp.run.base import get_runner
     from edgenlp.run.dynamic import run_sentence
     from edgenlp.run.executorch import set_threads
@@ -211,7 +212,6 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
         right_s = np.array([p.logits.argmax() for p in s]) == gold
         right_d = np.array([p.logits.argmax() for p in d]) == gold
         acc_s, acc_d = float(right_s.mean()), float(right_d.mean())
-        diff = right_s.astype(np.float64) - right_d  # paired: the same sentences, static and dynamic
         ls, ld = summarize(per_sentence[f"{v}/static"]), summarize(per_sentence[f"{v}/dynamic"])
         ratio = np.array(per_sentence[f"{v}/static"]) / np.array(per_sentence[f"{v}/dynamic"])
         L = runner.spec.num_layers
@@ -223,8 +223,8 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
         result["variants"][v] = {
             "static": {"accuracy": acc_s, "latency_ms": ls}, "dynamic": {"accuracy": acc_d, "latency_ms": ld},
             "extra_drop_points": round(100 * (acc_s - acc_d), 3),
-            "extra_drop_se_points": round(100 * float(np.sqrt(diff.var() / len(diff))), 3),
-            "changed_rows": {"lost": int((diff > 0).sum()), "gained": int((diff < 0).sum())},
+            "extra_drop_se_points": round(paired_se(right_s, right_d), 3),  # the same sentences, static and dynamic
+            "changed_rows": {"lost": int((right_s & ~right_d).sum()), "gained": int((right_d & ~right_s).sum())},
             "speedup_mean": ls["mean"] / ld["mean"], "p90_ratio": ld["p90"] / ls["p90"],
             "per_sentence_speedup_median": float(np.median(ratio)),
             "exit_layers": exits, "mean_exit_layer": float(np.mean([p.exit_layer for p in d])),

@@ -51,6 +51,9 @@ def run(model_dir: Path, task_name: str, sizes: list[int], draws: int, seed: int
         return exit_curve(spec.rule, tr, y, spec.exits, shape=model.shape, static_accuracy=acc,
                           static_cost=static_cost(model.shape, tr.tokens[:, 0], model.num_labels), thresholds=thresholds)
 
+    whole = dict(static_accuracy=float((trace.exit_logits[L].argmax(-1) == labels).mean()),
+                 static_cost=static_cost(model.shape, trace.tokens[:, 0], model.num_labels))  # once, for every draw
+
     rng = np.random.default_rng(seed)
     rows = []
     for n in sorted(s for s in sizes if s <= len(labels)):
@@ -59,9 +62,10 @@ def run(model_dir: Path, task_name: str, sizes: list[int], draws: int, seed: int
             idx = np.sort(rng.choice(len(labels), n, replace=False))
             sub = MaskedTrace({l: z[idx] for l, z in trace.exit_logits.items()}, trace.tokens[idx])
             point, _ = choose(curve(sub, labels[idx]), cfg.max_drop)
-            whole = curve(trace, labels, [point.threshold])[0]
+            on_all = exit_curve(spec.rule, trace, labels, spec.exits, shape=model.shape, thresholds=[point.threshold],
+                                **whole)[0]
             picks.append({"threshold": point.threshold, "drop": point.drop, "drop_se": point.drop_se, "cost": point.cost,
-                          "drop_on_all": whole.drop, "cost_on_all": whole.cost})
+                          "drop_on_all": on_all.drop, "cost_on_all": on_all.cost})
 
         def span(key):
             v = np.array([p[key] for p in picks])

@@ -3,7 +3,9 @@
 EdgeNlpSelfTest (plain Java, no framework) checks the API's contracts itself and prints
 its classifications; here they are compared with the Python ExecuTorch runner on the
 same bundle, and bad input (missing, corrupted, newer-format bundle) must give one
-EdgeNlpException each. The same program runs with the JNI layer under ASan + UBSan.
+EdgeNlpException each. On the tiny dynamic bundle (tests/conftest.py's), classifyDynamic
+must take the Python runner's exit and keep its tokens, per call setting. The same program
+runs with the JNI layer under ASan + UBSan.
 """
 
 from __future__ import annotations
@@ -28,6 +30,24 @@ BAD = [("IO", None), ("CHECKSUM", "wrong_sha"), ("BUNDLE", "manifest_not_json"),
        ("BUNDLE_FORMAT", "newer_format")]
 
 
+# (name, exit threshold, keep ratio, static mode) per classifyDynamic call, -1 = the instance's (EdgeNlp.DEFAULT),
+# and the same call of the Python runners: together they exit at every layer and re-bucket after pruning.
+DYNAMIC_CASES = {
+    "bundle": ((-1, -1, -1), {}),
+    "keep": ((0.8, 0.5, -1), {"exit_threshold": 0.8, "keep": 0.5}),
+    "deep-keep": ((1.0, 0.3, -1), {"exit_threshold": 1.0, "keep": 0.3}),
+    "static": ((-1, -1, 1), {"static": True}),
+}
+
+
+@pytest.fixture(scope="module")
+def dynamic_bundle(tmp_path_factory):
+    """The tiny dynamic bundle of tests/conftest.py (the same session build: edgenlp_testing builds it once)."""
+    from edgenlp_testing import session_tiny_dynamic_bundle
+
+    return session_tiny_dynamic_bundle(tmp_path_factory)
+
+
 def _java() -> str:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
@@ -47,10 +67,17 @@ def _broken_bundles(tiny_bundle: Path, tmp: Path) -> list[str]:
 
 
 def run_self_test(java: str, jar: Path, tests_jar: Path, libdir: Path, tiny_bundle: Path, tmp: Path, *,
-                  env=None, prefix=()) -> subprocess.CompletedProcess:
+                  env=None, prefix=(), dynamic: Path | None = None) -> subprocess.CompletedProcess:
+    from edgenlp_testing import dynamic_texts
+
     (tmp / "texts.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     cmd = [*prefix, java, "-Xss4m", f"-Djava.library.path={libdir}", "-cp", f"{jar}{os.pathsep}{tests_jar}",
            "org.edgenlp.EdgeNlpSelfTest", str(tiny_bundle), str(tmp / "texts.txt"), *_broken_bundles(tiny_bundle, tmp)]
+    if dynamic is not None:
+        (tmp / "dynamic.txt").write_text("\n".join(dynamic_texts()) + "\n", encoding="utf-8")
+        cmd += ["--dynamic", str(dynamic), str(tmp / "dynamic.txt")]
+        for name, (call, _) in DYNAMIC_CASES.items():
+            cmd += [name, *map(str, call)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -58,17 +85,19 @@ def _lines(stdout: str) -> list[dict]:
     return [json.loads(line) for line in stdout.splitlines()]
 
 
-def test_java_binding(host_sdk, host_build, tiny_bundle, tmp_path):
+def test_java_binding(host_sdk, host_build, tiny_bundle, dynamic_bundle, tmp_path):
     java = _java()
     jars = list((host_sdk / "share/java").glob("edgenlp-*.jar"))
     if not jars:
         pytest.skip("the SDK was built without the Java binding (no JDK at configure time)")
-    proc = run_self_test(java, jars[0], host_build / "java/edgenlp-tests.jar", host_sdk / "lib", tiny_bundle, tmp_path)
+    proc = run_self_test(java, jars[0], host_build / "java/edgenlp-tests.jar", host_sdk / "lib", tiny_bundle, tmp_path,
+                         dynamic=dynamic_bundle)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "FAIL" not in proc.stderr and "all checks passed" in proc.stderr
+    assert "ok dynamic bundle: settings, static mode and errors" in proc.stderr
     out = _lines(proc.stdout)
     assert out[0] == {"tokens": [101, 7592, 1010, 2088, 999, 102]}
-    preds = [o for o in out if "probabilities" in o]
+    preds = [o for o in out if "probabilities" in o and "case" not in o]
     errors = {o["error"]: o["message"] for o in out if "error" in o}
 
     # predictions equal the Python ExecuTorch runner's on the same bundle
@@ -88,6 +117,24 @@ def test_java_binding(host_sdk, host_build, tiny_bundle, tmp_path):
     assert "cannot read" in errors["IO"] and "bad-io" in errors["IO"]
     assert "sha256" in errors["CHECKSUM"]
     assert "format_version 2 is newer" in errors["BUNDLE_FORMAT"]
+
+    # classifyDynamic takes the Python ExecuTorch runner's exit and keeps its tokens, case by case
+    from edgenlp_testing import dynamic_texts
+
+    texts = dynamic_texts()
+    cases = [o for o in out if "case" in o]
+    assert len(cases) == len(DYNAMIC_CASES) * len(texts)
+    layers = set()
+    with get_runner(dynamic_bundle, runtime="executorch", threads=1) as runner:
+        for name, (_, options) in DYNAMIC_CASES.items():
+            want = runner.predict_details(texts, **options)
+            got = [o for o in cases if o["case"] == name]
+            for o, w in zip(got, want, strict=True):
+                assert (o["exit_layer"], o["tokens_kept"]) == (w.exit_layer, list(w.tokens)), (name, texts[o["text"]])
+                p = np.exp(w.logits - w.logits.max())
+                np.testing.assert_allclose(o["probabilities"], p / p.sum(), atol=1e-5, err_msg=name)
+            layers |= {o["exit_layer"] for o in got}
+    assert layers == {1, 2, 3}, layers
 
 
 @pytest.mark.slow  # an ASan build of the runtime and the JNI layer: minutes; CI runs the C unit tests under ASan

@@ -17,6 +17,10 @@ import org.edgenlp.EdgeNlpException;
  * java -Djava.library.path=SDK/lib -cp SDK/share/java/edgenlp-VERSION.jar:. Classify BUNDLE "a gripping film"
  * java ... Classify BUNDLE --input texts.txt --json     # one text per line, JSON lines out
  * </pre>
+ *
+ * <p>A dynamic bundle (made with {@code edgenlp dynamic}) runs text by text through its segments
+ * with the bundle's own exit rule and token pruning, and also prints the layer that answered and
+ * the tokens each layer processed.
  */
 public final class Classify {
   public static void main(String[] args) throws IOException {
@@ -38,18 +42,31 @@ public final class Classify {
       }
     }
     try (EdgeNlp nlp = EdgeNlp.open(args[0])) {
+      boolean dynamic = nlp.dynamicLayers() > 0;
       for (int start = 0; start < texts.size(); start += 64) {
         List<String> chunk = texts.subList(start, Math.min(texts.size(), start + 64));
-        Classification[] out = nlp.classifyBatch(chunk.toArray(new String[0]));
+        Classification[] out;
+        if (dynamic) {
+          out = new Classification[chunk.size()];
+          for (int i = 0; i < out.length; i++) out[i] = nlp.classifyDynamic(chunk.get(i));
+        } else {
+          out = nlp.classifyBatch(chunk.toArray(new String[0]));
+        }
         for (Classification c : out) {
           if (!json) {
-            System.out.printf("%s %.4f%n", c.label(), c.probability());
+            String exit = dynamic ? String.format(" (exit at layer %d)", c.exitLayer()) : "";
+            System.out.printf("%s %.4f%s%n", c.label(), c.probability(), exit);
             continue;
           }
           StringBuilder b = new StringBuilder("{\"index\": ").append(c.index()).append(", \"probabilities\": [");
           float[] p = c.probabilities();
           for (int j = 0; j < p.length; j++) b.append(j == 0 ? "" : ", ").append(p[j]);
-          System.out.println(b.append("]}"));
+          b.append(']');
+          if (dynamic) {
+            b.append(", \"exit_layer\": ").append(c.exitLayer()).append(", \"tokens_kept\": ");
+            b.append(java.util.Arrays.toString(c.tokensKept()));
+          }
+          System.out.println(b.append('}'));
         }
       }
     } catch (EdgeNlpException e) {

@@ -165,4 +165,60 @@ JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeSetThreads(JNIEnv*, jclass
   return edgenlp_set_threads(from(h), threads);
 }
 
+JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeDynamicLayers(JNIEnv* env, jclass, jlong h, jintArray count) {
+  if (count == nullptr || env->GetArrayLength(count) < 1) return EDGENLP_ERR_INVALID_ARGUMENT;
+  std::size_t n = 0;
+  const edgenlp_status st = edgenlp_dynamic_layers(from(h), &n);
+  if (st != EDGENLP_OK) return st;
+  const jint c = static_cast<jint>(n);
+  env->SetIntArrayRegion(count, 0, 1, &c);
+  return EDGENLP_OK;
+}
+
+JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeSetExitThreshold(JNIEnv*, jclass, jlong h, jdouble threshold) {
+  return edgenlp_set_exit_threshold(from(h), threshold);
+}
+
+JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeSetKeepRatio(JNIEnv*, jclass, jlong h, jdouble keep) {
+  return edgenlp_set_keep_ratio(from(h), keep);
+}
+
+JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeSetStatic(JNIEnv*, jclass, jlong h, jint on) {
+  return edgenlp_set_static(from(h), on);
+}
+
+// probs: num_labels floats; label_and_exit: {label, exit layer}; tokens_kept: edgenlp_dynamic_layers() ints
+// (empty for a bundle without segments).
+JNIEXPORT jint JNICALL Java_org_edgenlp_EdgeNlp_nativeClassifyDynamic(JNIEnv* env, jclass, jlong h, jbyteArray text,
+                                                                      jdouble exit_threshold, jdouble keep,
+                                                                      jint static_mode, jfloatArray probs,
+                                                                      jintArray label_and_exit, jintArray tokens_kept) {
+  try {
+    std::string data;
+    if (!copy(env, text, &data) || probs == nullptr || label_and_exit == nullptr || tokens_kept == nullptr ||
+        env->GetArrayLength(label_and_exit) < 2)
+      return EDGENLP_ERR_INVALID_ARGUMENT;
+    const std::size_t capacity = static_cast<std::size_t>(env->GetArrayLength(probs));
+    const std::size_t layers = static_cast<std::size_t>(env->GetArrayLength(tokens_kept));
+    std::vector<float> p(capacity);
+    std::vector<std::int32_t> kept(layers);
+    std::int32_t label = 0;
+    std::int32_t exit_layer = 0;
+    const edgenlp_status st = edgenlp_classify_dynamic(
+        from(h), data.data(), data.size(), exit_threshold, keep, static_mode, p.data(), capacity, &label, &exit_layer,
+        layers > 0 ? kept.data() : nullptr, layers);
+    if (st != EDGENLP_OK) return st;
+    if (capacity > 0) env->SetFloatArrayRegion(probs, 0, static_cast<jsize>(capacity), p.data());
+    const jint le[2] = {static_cast<jint>(label), static_cast<jint>(exit_layer)};
+    env->SetIntArrayRegion(label_and_exit, 0, 2, le);
+    std::vector<jint> out(kept.begin(), kept.end());
+    if (layers > 0) env->SetIntArrayRegion(tokens_kept, 0, static_cast<jsize>(layers), out.data());
+    return EDGENLP_OK;
+  } catch (const std::bad_alloc&) {
+    return EDGENLP_ERR_OUT_OF_MEMORY;
+  } catch (...) {
+    return EDGENLP_ERR_INTERNAL;
+  }
+}
+
 }  // extern "C"

@@ -44,6 +44,13 @@ public final class EdgeNlp implements AutoCloseable {
   /** Open flag: pack weights per bucket method (EDGENLP_OPEN_NO_WEIGHT_CACHE). */
   public static final int OPEN_NO_WEIGHT_CACHE = 4;
 
+  /**
+   * "Not set here" for the dynamic settings (EDGENLP_DEFAULT): given to a setter, back to the
+   * bundle's own value; given to {@link #classifyDynamic(String, double, double, int)}, this
+   * instance's setting.
+   */
+  public static final int DEFAULT = -1;
+
   // Readers: calls that may run ExecuTorch. Writer: setThreads (process-wide thread pool).
   private static final ReentrantReadWriteLock POOL = new ReentrantReadWriteLock();
 
@@ -65,6 +72,7 @@ public final class EdgeNlp implements AutoCloseable {
   private long handle;
   private final List<String> labels;
   private final int maxSeqLen;
+  private final int dynamicLayers;
 
   private EdgeNlp(long handle) {
     this.handle = handle;
@@ -73,6 +81,8 @@ public final class EdgeNlp implements AutoCloseable {
     for (int i = 0; i < n; i++) names.add(utf8(nativeLabelName(handle, i)));
     this.labels = Collections.unmodifiableList(names);
     this.maxSeqLen = nativeMaxSeqLen(handle);
+    int[] layers = new int[1];
+    this.dynamicLayers = nativeDynamicLayers(handle, layers) == 0 ? layers[0] : 0;
   }
 
   /** Open a bundle directory (verifying every file it reads). */
@@ -150,6 +160,92 @@ public final class EdgeNlp implements AutoCloseable {
       out[i] = new Classification(labels.get(best[i]), best[i], row);
     }
     return out;
+  }
+
+  /**
+   * The number of encoder layers of a dynamic bundle (one with segments, made by {@code edgenlp
+   * dynamic} and {@code edgenlp export}), or 0 for a bundle without segments.
+   */
+  public int dynamicLayers() {
+    return dynamicLayers;
+  }
+
+  /**
+   * Classify one text through the segments of a dynamic bundle with this instance's settings:
+   * it stops at the first exit whose rule fires and drops the tokens the bundle's token pruning
+   * drops. {@link Classification#exitLayer()} and {@link Classification#tokensKept()} say what
+   * ran. On a bundle without segments this is {@link #classify} (exitLayer() 0).
+   */
+  public synchronized Classification classifyDynamic(String text) throws EdgeNlpException {
+    return classifyDynamic(text, DEFAULT, DEFAULT, DEFAULT);
+  }
+
+  /**
+   * {@link #classifyDynamic(String)} with this call's settings ({@link #DEFAULT}: the
+   * instance's): the exit threshold (maxprob and entropy in [0, 1], patience a count of
+   * agreeing exits), the keep ratio in (0, 1] (keep that share of the tokens after each token
+   * layer instead of the bundle's token pruning), and static mode (1: every layer on every
+   * token, 0: the segments).
+   *
+   * @throws EdgeNlpException INVALID_ARGUMENT for a value out of its range, NOT_DYNAMIC for an
+   *     option the bundle cannot honour (no segments, no early exit, no token layers)
+   */
+  public synchronized Classification classifyDynamic(String text, double exitThreshold, double keep, int staticMode)
+      throws EdgeNlpException {
+    long h = live();
+    if (text == null) throw new NullPointerException("text");
+    int k = labels.size();
+    float[] probs = new float[k];
+    int[] labelAndExit = new int[2];
+    int[] tokens = new int[dynamicLayers];
+    int status;
+    POOL.readLock().lock();
+    try {
+      status = nativeClassifyDynamic(h, text.getBytes(StandardCharsets.UTF_8), exitThreshold, keep, staticMode,
+          probs, labelAndExit, tokens);
+    } finally {
+      POOL.readLock().unlock();
+    }
+    check(h, status);
+    int best = labelAndExit[0];
+    int exit = labelAndExit[1];
+    int[] ran = new int[Math.max(0, Math.min(exit, tokens.length))];
+    System.arraycopy(tokens, 0, ran, 0, ran.length);
+    return new Classification(labels.get(best), best, probs, exit, ran);
+  }
+
+  /**
+   * This instance's exit threshold for later dynamic calls ({@link #DEFAULT}: the bundle's).
+   *
+   * @throws EdgeNlpException INVALID_ARGUMENT out of the rule's range (nothing changes),
+   *     NOT_DYNAMIC on a bundle without segments or without an early exit
+   */
+  public synchronized void setExitThreshold(double threshold) throws EdgeNlpException {
+    long h = live();
+    check(h, nativeSetExitThreshold(h, threshold));
+  }
+
+  /**
+   * This instance's keep ratio in (0, 1] for later dynamic calls ({@link #DEFAULT}: the bundle's
+   * own token pruning).
+   *
+   * @throws EdgeNlpException INVALID_ARGUMENT out of range (nothing changes), NOT_DYNAMIC on a
+   *     bundle without segments or without token layers
+   */
+  public synchronized void setKeepRatio(double keep) throws EdgeNlpException {
+    long h = live();
+    check(h, nativeSetKeepRatio(h, keep));
+  }
+
+  /**
+   * This instance's mode for later dynamic calls: true runs every layer on every token (the
+   * static methods), false the segments (the default).
+   *
+   * @throws EdgeNlpException NOT_DYNAMIC on a bundle without segments
+   */
+  public synchronized void setStatic(boolean on) throws EdgeNlpException {
+    long h = live();
+    check(h, nativeSetStatic(h, on ? 1 : 0));
   }
 
   /** Token ids as the model sees them: [CLS] wordpieces [SEP], truncated to maxSeqLen(). */
@@ -257,4 +353,15 @@ public final class EdgeNlp implements AutoCloseable {
   private static native int nativeTokenize(long handle, byte[] text, long[] ids, int[] count);
 
   private static native int nativeSetThreads(long handle, int threads);
+
+  private static native int nativeDynamicLayers(long handle, int[] count);
+
+  private static native int nativeSetExitThreshold(long handle, double threshold);
+
+  private static native int nativeSetKeepRatio(long handle, double keep);
+
+  private static native int nativeSetStatic(long handle, int on);
+
+  private static native int nativeClassifyDynamic(long handle, byte[] text, double exitThreshold, double keep,
+      int staticMode, float[] probs, int[] labelAndExit, int[] tokensKept);
 }

@@ -14,12 +14,15 @@ import java.util.concurrent.atomic.AtomicReference;
  *
  * <pre>
  * java -cp edgenlp.jar:edgenlp-tests.jar -Djava.library.path=DIR org.edgenlp.EdgeNlpSelfTest \
- *     BUNDLE TEXTS.txt [--expect STATUS PATH]...
+ *     BUNDLE TEXTS.txt [--expect STATUS PATH]... [--dynamic DYNAMIC_BUNDLE DYNAMIC_TEXTS.txt [NAME THRESHOLD KEEP STATIC]...]
  * </pre>
  *
  * Prints one JSON line per text of TEXTS.txt (classify results) and one "tokens" line on
  * stdout, "ok NAME" / "FAIL NAME: why" per check on stderr; exits 1 when a check failed.
  * Each "--expect STATUS PATH" asserts that opening PATH throws EdgeNlpException with STATUS.
+ * "--dynamic" checks the dynamic calls on DYNAMIC_BUNDLE, classifies every line of
+ * DYNAMIC_TEXTS.txt through its segments with each case's per-call settings (-1: the
+ * instance's) and prints one "case" JSON line per text and case.
  */
 public final class EdgeNlpSelfTest {
   private static int failures = 0;
@@ -82,8 +85,16 @@ public final class EdgeNlpSelfTest {
     List<String> texts = Files.readAllLines(Paths.get(args[1]), StandardCharsets.UTF_8);
     String[] all = texts.toArray(new String[0]);
     List<String[]> expected = new ArrayList<>();
-    for (int i = 2; i + 2 < args.length && args[i].equals("--expect"); i += 3) {
-      expected.add(new String[] {args[i + 1], args[i + 2]});
+    int i0 = 2;
+    for (; i0 + 2 < args.length && args[i0].equals("--expect"); i0 += 3) {
+      expected.add(new String[] {args[i0 + 1], args[i0 + 2]});
+    }
+    final String dynamic = i0 + 2 < args.length && args[i0].equals("--dynamic") ? args[i0 + 1] : null;
+    final String[] dynTexts = dynamic == null ? new String[0]
+        : Files.readAllLines(Paths.get(args[i0 + 2]), StandardCharsets.UTF_8).toArray(new String[0]);
+    final List<String[]> cases = new ArrayList<>();
+    for (int i = i0 + 3; dynamic != null && i + 3 < args.length; i += 4) {
+      cases.add(new String[] {args[i], args[i + 1], args[i + 2], args[i + 3]});
     }
 
     check("versions", () -> {
@@ -202,6 +213,81 @@ public final class EdgeNlpSelfTest {
         requireSame(nlp.classify(all[0]), reference.get()[0], 1e-5f, "after errors");
       }
     });
+
+    check("dynamic calls on a bundle without segments", () -> {
+      try (EdgeNlp nlp = EdgeNlp.open(bundle)) {
+        require(nlp.dynamicLayers() == 0, "dynamicLayers " + nlp.dynamicLayers());
+        for (int i = 0; i < all.length; i++) {
+          Classification c = nlp.classifyDynamic(all[i]);
+          requireSame(c, reference.get()[i], 1e-5f, "classifyDynamic = classify, text " + i);
+          require(c.exitLayer() == 0 && c.tokensKept().length == 0, "static bundle: " + c);
+        }
+        for (Check bad : new Check[] {() -> nlp.setExitThreshold(0.5), () -> nlp.setKeepRatio(0.5),
+            () -> nlp.setStatic(true), () -> nlp.classifyDynamic(all[0], 0.5, EdgeNlp.DEFAULT, EdgeNlp.DEFAULT)}) {
+          EdgeNlpException e = expectThrows(EdgeNlpException.class, bad);
+          require(e.status() == EdgeNlpException.Status.NOT_DYNAMIC, "static bundle: " + e.status() + " " + e);
+        }
+      }
+    });
+
+    if (dynamic != null) {
+      check("dynamic bundle: settings, static mode and errors", () -> {
+        try (EdgeNlp nlp = EdgeNlp.open(dynamic)) {
+          require(nlp.dynamicLayers() > 0, "dynamicLayers " + nlp.dynamicLayers());
+          for (String text : dynTexts) {
+            Classification full = nlp.classifyDynamic(text, EdgeNlp.DEFAULT, EdgeNlp.DEFAULT, 1);
+            requireSame(full, nlp.classify(text), 1e-5f, "static mode = classify");
+            require(full.exitLayer() == nlp.dynamicLayers(), "static mode exits at " + full.exitLayer());
+            // the handle's settings are what a call without overrides uses
+            nlp.setStatic(true);
+            requireSame(nlp.classifyDynamic(text), full, 0f, "setStatic(true)");
+            nlp.setStatic(false);
+            nlp.setExitThreshold(0.0);  // maxprob 0: the first exit always fires
+            Classification first = nlp.classifyDynamic(text);
+            requireSame(first, nlp.classifyDynamic(text, 0.0, EdgeNlp.DEFAULT, EdgeNlp.DEFAULT), 0f, "per call");
+            require(first.exitLayer() == 1 && first.tokensKept().length == 1, "threshold 0: " + first);
+            nlp.setExitThreshold(EdgeNlp.DEFAULT);
+            int[] kept = nlp.classifyDynamic(text).tokensKept();
+            for (int j = 1; j < kept.length; j++) require(kept[j] <= kept[j - 1], "tokens grew: " + Arrays.toString(kept));
+          }
+          int before = nlp.classifyDynamic(dynTexts[0]).exitLayer();
+          for (double bad : new double[] {1.5, -0.5, Double.NaN}) {
+            EdgeNlpException e = expectThrows(EdgeNlpException.class, () -> nlp.setExitThreshold(bad));
+            require(e.status() == EdgeNlpException.Status.INVALID_ARGUMENT && e.getMessage().contains("threshold"),
+                "threshold " + bad + ": " + e.status() + " " + e.getMessage());
+          }
+          EdgeNlpException e = expectThrows(EdgeNlpException.class, () -> nlp.setKeepRatio(0.0));
+          require(e.status() == EdgeNlpException.Status.INVALID_ARGUMENT && e.getMessage().contains("keep"),
+              "keep 0: " + e.status() + " " + e.getMessage());
+          e = expectThrows(EdgeNlpException.class, () -> nlp.classifyDynamic(dynTexts[0], EdgeNlp.DEFAULT, 2.0, 0));
+          require(e.status() == EdgeNlpException.Status.INVALID_ARGUMENT, "keep 2 per call: " + e.status());
+          require(nlp.classifyDynamic(dynTexts[0]).exitLayer() == before, "a refused setting changed the instance");
+          expectThrows(NullPointerException.class, () -> nlp.classifyDynamic(null));
+        }
+        EdgeNlp closed = EdgeNlp.open(dynamic);
+        closed.close();
+        expectThrows(IllegalStateException.class, () -> closed.classifyDynamic("x"));
+        expectThrows(IllegalStateException.class, () -> closed.setExitThreshold(0.5));
+      });
+
+      check("dynamic bundle: cases", () -> {
+        try (EdgeNlp nlp = EdgeNlp.open(dynamic)) {
+          for (String[] c : cases) {
+            for (int i = 0; i < dynTexts.length; i++) {
+              Classification r = nlp.classifyDynamic(dynTexts[i], Double.parseDouble(c[1]), Double.parseDouble(c[2]),
+                  Integer.parseInt(c[3]));
+              StringBuilder line = new StringBuilder("{\"case\": ").append(json(c[0]));
+              line.append(", \"text\": ").append(i).append(", \"index\": ").append(r.index());
+              line.append(", \"exit_layer\": ").append(r.exitLayer());
+              line.append(", \"tokens_kept\": ").append(Arrays.toString(r.tokensKept())).append(", \"probabilities\": [");
+              float[] p = r.probabilities();
+              for (int j = 0; j < p.length; j++) line.append(j == 0 ? "" : ", ").append(Float.toString(p[j]));
+              System.out.println(line.append("]}"));
+            }
+          }
+        }
+      });
+    }
 
     for (String[] e : expected) {
       final EdgeNlpException.Status want = EdgeNlpException.Status.valueOf(e[0]);

@@ -27,12 +27,15 @@ def pytest_collection_modifyitems(config, items):
 
     They build runtime/build/<arch> (and the cross, sanitizer and wheel builds) and fill
     .cache/native-test-bundles: one process at a time keeps those trees whole, while the rest of
-    the suite runs on the other workers.
+    the suite runs on the other workers. The tests on a local Ray instance share one worker too, so that
+    the session starts one instance, not one per worker.
     """
     for item in items:
         path = Path(str(item.path)).resolve()
         if (path.is_relative_to(RUNTIME_TESTS) or item.get_closest_marker("native") or item.get_closest_marker("cross")):
             item.add_marker(pytest.mark.xdist_group("native"))
+        elif "ray_instance" in getattr(item, "fixturenames", ()) or "[ray]" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("ray"))
     # runtime/tests first: their builds and bundles need nothing the other processes build, so the native
     # process starts working at once instead of waiting for a session bundle (tiny, dynamic) another one is making.
     items.sort(key=lambda item: not Path(str(item.path)).resolve().is_relative_to(RUNTIME_TESTS))

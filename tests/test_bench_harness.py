@@ -201,3 +201,23 @@ def test_bench_script_help(script, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.startswith("usage:")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_fresh_clone_reads_the_suites_counts_and_slowest_tests():
+    from tools.bench.fresh_clone import markdown, suite_summary
+
+    log = "\n".join([
+        "[setup] ready", "....F..s [100%]", "============ slowest 25 durations ============",
+        "136.33s call     tests/compress/test_compress_e2e.py::test_compress_quick_end_to_end_and_resume",
+        "134.17s setup    tests/dynamic/test_dynamic.py::test_sentences_have_odd_lengths_across_buckets[8-32]",
+        "(3 durations < 0.005s hidden.  Use -vv to show these durations.)",
+        "=========== short test summary info ===========", "FAILED tests/a.py::test_b - assert 1 == 2",
+        "1 failed, 1084 passed, 12 skipped, 2 errors, 92 warnings in 665.35s (0:11:05)"])
+    s = suite_summary(log)
+    assert s["counts"] == {"failed": 1, "passed": 1084, "skipped": 12, "error": 2}
+    assert [(r["seconds"], r["phase"]) for r in s["slowest"]] == [(136.33, "call"), (134.17, "setup")]
+    assert s["slowest"][1]["test"].endswith("[8-32]")
+    doc = {"date": "d", "host": "h", "cores": 2, "isa_flags": "avx2", "commit": "0" * 40, "steps": {}, "load": {},
+           "suite": s}
+    md = markdown(doc)
+    assert "Suite: 1 failed, 1084 passed, 12 skipped, 2 error." in md and "| 136.3 | call |" in md

@@ -31,6 +31,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,10 +80,34 @@ def run_steps(clone: Path, *, skip: set[str], env: dict, logs: Path) -> dict:
         out["load"][name] = {"before": before, "after": after}
         out["steps"][name] = {"command": " ".join(argv), "exit_status": rc, "seconds": seconds, "log": str(log_file)}
         log.info("%s: %.0f s, exit %d", name, seconds, rc)
+        if name == "suite":
+            out["suite"] = suite_summary(log_file.read_text(errors="replace"))
         if rc != 0:
             log.error("%s failed (exit %d); see %s", name, rc, log_file)
             break
     return out
+
+
+_DURATION = re.compile(r"^\s*([0-9.]+)s (setup|call|teardown)\s+(\S.*)$")
+_COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
+
+
+def suite_summary(log_text: str) -> dict:
+    """The suite log's result counts (pytest's last line) and its slowest tests (``--durations``)."""
+    lines = log_text.splitlines()
+    summary = next((ln for ln in reversed(lines) if " in " in ln and _COUNTS.search(ln)), "")
+    counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in _COUNTS.findall(summary)}
+    slowest, inside = [], False
+    for ln in lines:
+        if "slowest" in ln and "durations" in ln:
+            inside = True
+            continue
+        m = _DURATION.match(ln) if inside else None
+        if m:
+            slowest.append({"seconds": float(m.group(1)), "phase": m.group(2), "test": m.group(3).strip()})
+        elif inside and slowest:
+            break
+    return {"counts": counts, "slowest": slowest}
 
 
 def main_job_summary(clone: Path) -> dict | None:
@@ -115,6 +140,12 @@ def markdown(doc: dict) -> str:
         load = doc["load"][name]
         lines.append(f"| {name} | `{step['command']}` | {fmt(step['seconds'])} | "
                      f"{' / '.join(map(str, load['before']))} → {' / '.join(map(str, load['after']))} | {step['exit_status']} |")
+    suite = doc.get("suite")
+    if suite:
+        counts = ", ".join(f"{n} {kind}" for kind, n in suite["counts"].items())
+        lines += ["", f"Suite: {counts or 'no result line'}. Slowest tests (pytest `--durations`):", "",
+                  "| seconds | phase | test |", "|---:|---|---|"]
+        lines += [f"| {r['seconds']:.1f} | {r['phase']} | `{r['test']}` |" for r in suite["slowest"]]
     return "\n".join(lines) + "\n"
 
 

@@ -1491,10 +1491,12 @@ def dynamic_val_rows(r: Results) -> str:
 def dynamic(r: Results) -> str:
     doc = r("dynamic")
     bench = _bench_module("dynamic")
-    h = doc.get("host", {})
     cases = {c: res for c, res in doc["cases"].items() if "variants" in res}
     if not cases:
         raise MissingResults("tools/bench/results/dynamic.json has no measured case")
+    hosts: dict[str, list[str]] = {}  # host -> its cases (a case records the machine that measured it)
+    for c, res in cases.items():
+        hosts.setdefault(bench.host_text(res.get("host") or doc.get("host")), []).append(c)
     loads = "; ".join(f"{c}: {' / '.join(num(x, 2) for x in res['load_avg']['start'])} at the start, "
                       f"{' / '.join(num(x, 2) for x in res['load_avg']['end'])} at the end" for c, res in cases.items())
     notes = []
@@ -1507,8 +1509,8 @@ def dynamic(r: Results) -> str:
     return "\n\n".join([
         bench.results_table(doc),
         bullets(notes),
-        paragraph(f"""Host: {h.get('cpu_model', 'not recorded')}, {h.get('cpu_count')} cores,
-                  ISA flags {h.get('isa_flags')}; load average (1/5/15 min) {loads};
+        paragraph(f"""Hosts: {'; '.join(f"{h} ({', '.join(cs)})" for h, cs in hosts.items())}: compare static and
+                  dynamic within a case, never across hosts; load average (1/5/15 min) {loads};
                   {span([res['rounds'] for res in cases.values()], 0)} rounds over each case's dev rows (the table)
                   (`tools/bench/results/dynamic.md`, curves of every rule in `dynamic.png`)."""),
     ])

@@ -354,6 +354,17 @@ def _se(row: dict) -> str:
     return f" ± {row['extra_drop_se_points']:.2f}" if "extra_drop_se_points" in row else ""
 
 
+def case_host(host: dict) -> dict:
+    """What a case records of the machine that measured it (the file's ``host`` block is its last writer's)."""
+    return {k: host.get(k) for k in ("cpu_model", "cpu_count", "isa_flags", "written")}
+
+
+def host_text(host: dict | None) -> str:
+    if not host:
+        return "not recorded"
+    return f"{host['cpu_model']}, {host['cpu_count']} cores, ISA flags {host['isa_flags']}"
+
+
 def results_table(results: dict) -> str:
     """The measured table (also what the README shows)."""
     lines = ["| case | variant | dev rows | static acc | dynamic acc | extra drop ± SE (pts) | static mean / p90 ms "
@@ -386,8 +397,11 @@ def markdown(results: dict) -> str:
              "of its rounds; mean/p90 over sentences. Thresholds calibrated on held-out *training* rows; every number "
              "below is dev. ± SE: the paired standard error of the extra drop over the dev rows (it grows with the "
              "number of sentences the exits change).", "", results_table(results), ""]
-    lines += ["Load averages (1/5/15 min) at the start and end of each case's measurement: " + "; ".join(
-        f"{c}: {r['load_avg']['start']} → {r['load_avg']['end']}" for c, r in results["cases"].items() if "load_avg" in r), ""]
+    lines += ["Host and load averages (1/5/15 min) at the start and end of each case's measurement (compare variants "
+              "within a case only: cases may come from different machines):", ""]
+    lines += [f"- {c}: {host_text(r.get('host'))}; load {r['load_avg']['start']} → {r['load_avg']['end']}"
+              for c, r in results["cases"].items() if "load_avg" in r]
+    lines += [""]
     for c, r in results["cases"].items():
         if "variants" not in r:
             continue
@@ -439,7 +453,10 @@ def main() -> None:
     teachers = dict(t.split("=", 1) for t in args.teacher)
     out_json = args.out.with_suffix(".json")
     results = json.loads(out_json.read_text()) if out_json.is_file() else {"cases": {}}
-    results.pop("host", None)
+    earlier = results.pop("host", None)
+    for entry in results["cases"].values():  # files before per-case hosts: every measured case was the last writer's
+        if "variants" in entry and "host" not in entry and earlier:
+            entry["host"] = case_host(earlier)
     for case in args.cases:
         spec = CASES[case]
         if spec["task"] not in teachers:
@@ -457,6 +474,7 @@ def main() -> None:
             limit = args.imdb_dev_limit if spec["task"] == "imdb" else args.dev_limit
             entry.update(measure(case, spec, args.workdir, data, args.variants, dev_limit=limit, rounds=args.rounds,
                                  curve_limit=args.curve_limit))
+            entry["host"] = case_host(bench.host())  # cases of one file may come from different machines
         measured = any("variants" in r for r in results["cases"].values())
         bench.write(args.out, results, markdown(results), plot=(lambda p: plot(results, p)) if measured else None)
         log.info("%s done; wrote %s", case, out_json)

@@ -44,6 +44,7 @@ REPORT_VERSION = 1
 # With exits and learned token thresholds together, the token scale is calibrated first within this share of the drop.
 TOKEN_SHARE_OF_DROP = 0.5
 TOKEN_SCALES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
+TOKEN_SCALE_REFINE = 4  # bisections after the grid: the scale to 1/16 of a grid step
 
 
 @dataclass
@@ -424,19 +425,43 @@ def _never(rule: str, num_exits: int) -> float:
 
 
 def _calibrate_token_scale(dyn: DynamicModel, val, labels, static_acc, s_cost, budget, *, pad_id, device):
-    """The largest scale of the learned thresholds (from :data:`TOKEN_SCALES`) within ``budget`` points, by cost."""
+    """The cheapest scale of the learned thresholds within ``budget`` points: the grid :data:`TOKEN_SCALES`, then
+    :data:`TOKEN_SCALE_REFINE` bisections between the cheapest scale within the budget and the next one past it
+    (FLOPs fall steeply between two grid scales: 0.69x -> 0.34x from 1.25 to 1.5 on IMDB at 128 tokens)."""
     base_th = dyn.spec.token_thresholds
     curve = []
-    for scale in TOKEN_SCALES:
+
+    def point(scale: float, *, refined: bool = False) -> dict:
         th = tuple(None if t is None else t * scale for t in base_th)
         t = trace_split(dyn, val, pad_id=pad_id, device=device, thresholds=th)
         acc = float((t.exit_logits[dyn.spec.num_layers].argmax(-1) == labels).mean())
         cost = float(layer_flops(dyn.shape, t.tokens).sum(1).mean()) / s_cost
         curve.append({"scale": scale, "accuracy": acc, "drop": 100 * (static_acc - acc), "cost": cost,
-                      "tokens_kept": [float(x) for x in t.tokens.mean(0)]})
-        log.info("token scale %.2f: drop %.2f points, %.2fx FLOPs", scale, curve[-1]["drop"], cost)
-        if curve[-1]["drop"] > budget + 1.0:  # far past the budget: larger scales only drop more
+                      "tokens_kept": [float(x) for x in t.tokens.mean(0)], **({"refined": True} if refined else {})})
+        log.info("token scale %.4g: drop %.2f points, %.2fx FLOPs", scale, curve[-1]["drop"], cost)
+        return curve[-1]
+
+    def within(c: dict) -> bool:
+        return c["drop"] <= budget + 1e-9
+
+    def cheapest() -> dict | None:
+        ok = [c for c in curve if within(c)]
+        return min(ok, key=lambda c: (c["cost"], -c["accuracy"])) if ok else None
+
+    for scale in TOKEN_SCALES:
+        if point(scale)["drop"] > budget + 1.0:  # far past the budget: larger scales only drop more
             break
-    ok = [c for c in curve if c["drop"] <= budget + 1e-9]
-    best = min(ok, key=lambda c: (c["cost"], -c["accuracy"])) if ok else curve[0]
+    best = cheapest()
+    past = [c for c in curve if best is not None and c["scale"] > best["scale"] and not within(c)]
+    if past:
+        lo, hi = best["scale"], min(c["scale"] for c in past)
+        for _ in range(TOKEN_SCALE_REFINE):
+            mid = (lo + hi) / 2
+            if within(point(mid, refined=True)):
+                lo = mid
+            else:
+                hi = mid
+        best = cheapest()
+    if best is None:
+        best = curve[0]
     return best["scale"], curve

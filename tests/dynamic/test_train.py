@@ -334,3 +334,33 @@ def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, 
                                tolerances={"executorch": static_tol}, policy=policy,
                                rounding_model=without_activation_rounding(shifted))["executorch"]
     assert not got["passed"] and got["exit_logits_max_abs_diff"] > got["tolerance"]
+
+
+def test_token_scale_is_bisected_between_the_last_grid_scale_within_the_budget_and_the_first_past_it(monkeypatch):
+    """Tokens fall with the scale and the accuracy breaks past 1.37: the grid alone stops at 1.25 (0.69x the FLOPs of
+    1.0's) and 1.5 is past the budget; the bisections find the scale within 1/16 of a grid step below 1.37."""
+    from types import SimpleNamespace
+
+    from edgenlp.dynamic import api
+
+    L, n, rows, breaks = 2, 100, 50, 1.37
+    labels = np.zeros(rows, dtype=int)
+
+    def fake_trace(dyn, val, *, pad_id, device, thresholds):
+        scale = thresholds[0]
+        kept = max(2.0, n * (1 - 0.5 * scale))  # tokens per layer: fewer as the scale grows
+        wrong = 0 if scale <= breaks else rows // 5
+        logits = np.zeros((rows, 2))
+        logits[:, 0] = 1.0
+        logits[:wrong, 1] = 2.0
+        return SimpleNamespace(exit_logits={L: logits}, tokens=np.full((rows, L), kept))
+
+    monkeypatch.setattr(api, "trace_split", fake_trace)
+    monkeypatch.setattr(api, "layer_flops", lambda shape, tokens: tokens.astype(float))
+    dyn = SimpleNamespace(spec=SimpleNamespace(token_thresholds=(1.0, None), num_layers=L), shape=None)
+    scale, curve = api._calibrate_token_scale(dyn, None, labels, 1.0, float(n * L), 1.0, pad_id=0, device="cpu")
+    assert 1.25 < scale <= breaks and breaks - scale <= 0.25 / 16, scale
+    refined = [c for c in curve if c.get("refined")]
+    assert len(refined) == 4 and all(1.25 < c["scale"] < 1.5 for c in refined)
+    chosen = next(c for c in curve if c["scale"] == scale)
+    assert chosen["drop"] <= 1.0 and chosen["cost"] == min(c["cost"] for c in curve if c["drop"] <= 1.0)

@@ -280,7 +280,8 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
                                     for l in exits[:-1]}).eval()
 
     static_trace = trace_split(dyn, val, pad_id=pad_id, device=dev_name, tokens="none")
-    static_acc = float((static_trace.exit_logits[L].argmax(-1) == val_labels).mean())
+    static_right = static_trace.exit_logits[L].argmax(-1) == val_labels  # the model before any training here
+    static_acc = float(static_right.mean())
     s_cost = static_cost(dyn.shape, static_trace.tokens[:, 0], dyn.num_labels)
     report["validation"] = {"static_accuracy": static_acc, "static_flops": s_cost}
     if config.tokens == "ltp":
@@ -311,8 +312,9 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     if config.threshold is None and len(exits) > 1:
         point = _calibrated(dyn, trace, val_labels, static_acc, s_cost, config.max_drop)
         dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold))
+    # the chosen point's drop is against the static model, and so is its standard error (token pruning included)
     final = exit_curve(dyn.spec.rule, trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
-                       static_cost=s_cost, thresholds=[dyn.spec.threshold])[0]
+                       static_cost=s_cost, thresholds=[dyn.spec.threshold], reference_right=static_right)[0]
     report["validation"]["chosen"] = {**final.to_dict(), "tokens_kept": [float(x) for x in trace.tokens.mean(0)],
                                       "reach": _reach(dyn.spec, trace), "within_max_drop": final.drop <= config.max_drop + 1e-9}
     dyn = dyn.cpu().eval()

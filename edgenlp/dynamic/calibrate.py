@@ -30,8 +30,9 @@ class Point:
     drop: float  # accuracy points below the static model
     cost: float  # expected FLOPs relative to the static model
     mean_exit_layer: float
-    # standard error of the drop the exits add, in points: of the per-row difference against the trace's last exit
-    # (paired); it shrinks as 1/sqrt(rows)
+    # standard error of the drop, in points: of the per-row difference against a reference, paired; by default the
+    # trace's last exit (the drop the exits add), against the static model when token pruning is in the trace too
+    # (exit_curve's reference_right); it shrinks as 1/sqrt(rows)
     drop_se: float = 0.0
 
     def to_dict(self) -> dict:
@@ -82,14 +83,17 @@ def candidates(rule: str, scores: np.ndarray, num_exits: int, *, points: int = 6
 
 
 def exit_curve(rule: str, trace, labels: np.ndarray, exits: tuple[int, ...], *, shape, static_accuracy: float,
-               static_cost: float, thresholds: list[float] | None = None) -> list[Point]:
-    """Accuracy, drop and relative cost of ``rule`` at each threshold, on the sentences of ``trace``."""
+               static_cost: float, thresholds: list[float] | None = None, reference_right=None) -> list[Point]:
+    """Accuracy, drop and relative cost of ``rule`` at each threshold, on the sentences of ``trace``.
+
+    ``reference_right`` (``[N]`` bool, the static model right per row): what ``drop_se`` is paired against; by
+    default the trace's last exit, which is the static model unless the trace prunes tokens."""
     scores = exit_scores(rule, trace, exits)
     preds = np.stack([trace.exit_logits[l].argmax(-1) for l in exits], 1)
     per_layer = layer_flops(shape, trace.tokens)
     cum = np.cumsum(per_layer, 1)
     hf = head_flops(shape, trace.exit_logits[exits[-1]].shape[1])
-    last_right = preds[:, -1] == labels
+    ref_right = preds[:, -1] == labels if reference_right is None else np.asarray(reference_right, dtype=bool)
     out = []
     for t in thresholds if thresholds is not None else candidates(rule, scores, len(exits)):
         idx = first_exit(rule, scores, t)
@@ -99,7 +103,7 @@ def exit_curve(rule: str, trace, labels: np.ndarray, exits: tuple[int, ...], *, 
         acc = float(right.mean())
         cost = float((cum[rows, layer - 1] + (idx + 1) * hf).mean()) / static_cost
         out.append(Point(float(t), acc, 100.0 * (static_accuracy - acc), cost, float(layer.mean()),
-                         paired_se(last_right, right)))
+                         paired_se(ref_right, right)))
     return out
 
 

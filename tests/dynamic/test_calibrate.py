@@ -65,6 +65,24 @@ def test_the_drop_standard_error_is_paired_against_the_last_exit():
         assert p.drop_se == pytest.approx(100 * np.sqrt(((diff - diff.mean()) ** 2).sum() / n / n), abs=1e-6)
 
 
+def test_the_drop_standard_error_pairs_against_the_static_model_when_given():
+    """With token pruning in the trace its last exit is not the static model: ``reference_right`` (the static model
+    right per row) is what the drop is paired against; the trace's last exit is only the default."""
+    shape = EncoderShape(family="bert", vocab_size=100, hidden=32, heads=(2, 2), head_dim=16, ffn=(64, 64), max_positions=64)
+    rng = np.random.default_rng(2)
+    trace, gold = _trace(rng, n=200)
+    static_right = rng.random(len(gold)) < 0.9  # a static model right on other rows than the pruned trace's last exit
+    cost = static_cost(shape, trace.tokens[:, 0], 3)
+    (p,) = exit_curve("maxprob", trace, gold, (1, 2), shape=shape, static_accuracy=float(static_right.mean()),
+                      static_cost=cost, thresholds=[0.9], reference_right=static_right)
+    (default,) = exit_curve("maxprob", trace, gold, (1, 2), shape=shape, static_accuracy=float(static_right.mean()),
+                            static_cost=cost, thresholds=[0.9])
+    p1 = np.exp(trace.exit_logits[1].astype(np.float64))
+    right = np.where(p1.max(1) / p1.sum(1) >= 0.9, trace.exit_logits[1].argmax(1), trace.exit_logits[2].argmax(1)) == gold
+    diff = static_right.astype(float) - right
+    assert p.drop_se == pytest.approx(100 * diff.std() / np.sqrt(len(diff)), abs=1e-6) and p.drop_se != default.drop_se
+
+
 def _entropy(z):
     p = np.exp(z - z.max(1, keepdims=True))
     p /= p.sum(1, keepdims=True)

@@ -87,11 +87,11 @@ CASES = {
                       target=dict(speedup=1.3, drop=0.5)),
     # IMDB (full reviews): the teacher fine-tunes on 4,000 of the 19,931 training rows at 256 tokens
     # (--train-limit 4000 --max-seq-len 256), so validation rows are reviews it never saw. A review costs ~4x an SST-2
-    # sentence per pass, and the token scale is calibrated over up to 11 passes: 1,000 validation rows at 128 tokens,
+    # sentence per pass, and the token scale is calibrated over up to 15 passes: 1,000 validation rows at 128 tokens,
     # 500 at 256.
     "imdb128-ltp": dict(task="imdb", seq=128, exits="none", tokens="ltp", max_drop=1.0, val_rows=1000, train_limit=1500,
                         target=dict(speedup=2.0, drop=1.0)),
-    # imdb128-ltp's model with buckets every 16 tokens from 64 up: with the default powers of two a review pruned
+    # imdb128-ltp's model with buckets 32, then every 16 tokens from 64: with the default powers of two a review pruned
     # from 128 to 102 tokens still runs in the 128 bucket (measured: 0.57x the static FLOPs, 1.17x the speed).
     "imdb128-ltp-buckets": dict(task="imdb", seq=128, buckets=(32, 64, 80, 96, 112, 128), exits="none", tokens="ltp",
                                 max_drop=1.0, val_rows=1000, train_limit=1500, target=dict(speedup=2.0, drop=1.0),

@@ -29,6 +29,14 @@ def tiny_bundle(tmp_path_factory, host_build) -> Path:
 
 
 @pytest.fixture(scope="session")
+def dynamic_bundle(tmp_path_factory):
+    """The tiny dynamic bundle of tests/conftest.py (the same session build: edgenlp_testing builds it once)."""
+    from edgenlp_testing import session_tiny_dynamic_bundle
+
+    return session_tiny_dynamic_bundle(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def tok_bundle(tmp_path_factory, host_build) -> Path:
     """A tokenizer-only bundle (no model.pte) with the MiniLM vocab, max_seq_len 512."""
     return write_bundle(tmp_path_factory.mktemp("bundles") / "tok", with_pte=False, max_seq_len=512)

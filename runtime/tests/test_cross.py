@@ -92,14 +92,6 @@ def test_quantized_bundles_under_qemu(cpu, aarch64_build, quant_bundles, host_bu
         assert tok.returncode == 0 and tok.stdout == host_tok.stdout, (name, tok.stderr)
 
 
-@pytest.fixture(scope="module")
-def dynamic_bundle(tmp_path_factory):
-    """The tiny dynamic bundle of tests/conftest.py (the same session build: edgenlp_testing builds it once)."""
-    from edgenlp_testing import session_tiny_dynamic_bundle
-
-    return session_tiny_dynamic_bundle(tmp_path_factory)
-
-
 def test_dynamic_bundle_under_qemu(aarch64_build, host_build, dynamic_bundle, tmp_path):
     """Early exits and token pruning on aarch64: the same exit layers and tokens per layer as x86-64, and the
     same probabilities within the export tolerance."""

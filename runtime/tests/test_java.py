@@ -40,14 +40,6 @@ DYNAMIC_CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def dynamic_bundle(tmp_path_factory):
-    """The tiny dynamic bundle of tests/conftest.py (the same session build: edgenlp_testing builds it once)."""
-    from edgenlp_testing import session_tiny_dynamic_bundle
-
-    return session_tiny_dynamic_bundle(tmp_path_factory)
-
-
 def _java() -> str:
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:

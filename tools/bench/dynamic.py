@@ -118,6 +118,11 @@ PUBLISHED = [
 # --------------------------------------------------------------------------- stage 1-2: models and bundles
 
 
+def case_model_dir(work: Path, case: str, spec: dict) -> Path:
+    """The dynamic model directory a case's bundles are exported from (``model_of``: another case's, other buckets)."""
+    return work / spec.get("model_of", case) / "model"
+
+
 def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> dict:
     """The dynamic model directory and the dynamic bundle of each variant of ``case`` (reused when present)."""
     from edgenlp.cli.dynamic import parse_exits
@@ -128,7 +133,7 @@ def build(case: str, spec: dict, teacher: Path, work: Path, data, variants) -> d
 
     record = work / case / "build.json"  # the seconds each artifact in this workdir took, kept beside them
     out = json.loads(record.read_text()) if record.is_file() else {}
-    model_dir = work / spec.get("model_of", case) / "model"  # model_of: another case's dynamic model, other buckets
+    model_dir = case_model_dir(work, case, spec)
     if not (model_dir / "dynamic.json").is_file():
         model, info = load_model(teacher)
         cfg = DynamicConfig(exits=parse_exits(spec["exits"]), rule="maxprob", tokens=spec["tokens"],
@@ -242,7 +247,7 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
             "settings": {"rule": runner.spec.rule, "threshold": runner.spec.threshold, "tokens": runner.spec.tokens,
                          "token_thresholds": list(runner.spec.token_thresholds), "keep_ratio": runner.spec.keep_ratio},
         }
-    report = json.loads((work / spec.get("model_of", case) / "model" / "dynamic-report.json").read_text())
+    report = json.loads((case_model_dir(work, case, spec) / "dynamic-report.json").read_text())
     result["validation"] = {k: v for k, v in report["validation"].items() if k != "curves"}
     result["validation"]["split"] = report["task"]
     static_lat = {v: per_sentence[f"{v}/static"][:curve_limit] for v in runners}

@@ -84,7 +84,8 @@ def dynamic_cmd(ctx, model, task, data_dir, exits, tokens, device, out_dir, as_j
     frozen (so with exits off the model is exactly MODEL); token thresholds
     are learned per layer; the exit threshold and the token thresholds'
     scale are calibrated on training rows held out for it (never dev) to the
-    cheapest setting within --max-drop points.
+    cheapest setting whose drop, plus --margin-se standard errors of it, is
+    within --max-drop points.
 
     \b
     Examples:

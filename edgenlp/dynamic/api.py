@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgenlp.dynamic.calibrate import (all_rule_curves, choose, exit_curve, exit_scores, first_exit, layer_flops,
-                                      static_cost)
+from edgenlp.dynamic.calibrate import (all_rule_curves, choose, exit_curve, exit_scores, first_exit, fits, layer_flops,
+                                      paired_se, static_cost)
 from edgenlp.dynamic.config import DynamicConfig
 from edgenlp.dynamic.model import DynamicModel, ExitHead, MaskedTrace
 from edgenlp.dynamic.spec import DynamicSpec
@@ -286,8 +286,10 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     report["validation"] = {"static_accuracy": static_acc, "static_flops": s_cost}
     if config.tokens == "ltp":
         budget = config.max_drop * (TOKEN_SHARE_OF_DROP if len(exits) > 1 else 1.0)
-        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_acc, s_cost, budget, pad_id=pad_id, device=dev_name)
-        report["token_calibration"] = {"budget_points": budget, "scale": scale, "curve": curve}
+        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, budget, margin_se=config.margin_se,
+                                              pad_id=pad_id, device=dev_name)
+        report["token_calibration"] = {"budget_points": budget, "margin_se": config.margin_se, "scale": scale,
+                                       "curve": curve}
         dyn = dyn.with_spec(replace(spec, token_thresholds=tuple(None if t is None else t * scale for t in thresholds)))
         spec = dyn.spec
 
@@ -310,13 +312,15 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     report["validation"]["curves"] = all_rule_curves(trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
                                                      static_cost_value=s_cost)
     if config.threshold is None and len(exits) > 1:
-        point = _calibrated(dyn, trace, val_labels, static_acc, s_cost, config.max_drop)
+        point = _calibrated(dyn, trace, val_labels, static_right, s_cost, config)
         dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold))
     # the chosen point's drop is against the static model, and so is its standard error (token pruning included)
     final = exit_curve(dyn.spec.rule, trace, val_labels, exits, shape=dyn.shape, static_accuracy=static_acc,
                        static_cost=s_cost, thresholds=[dyn.spec.threshold], reference_right=static_right)[0]
     report["validation"]["chosen"] = {**final.to_dict(), "tokens_kept": [float(x) for x in trace.tokens.mean(0)],
-                                      "reach": _reach(dyn.spec, trace), "within_max_drop": final.drop <= config.max_drop + 1e-9}
+                                      "reach": _reach(dyn.spec, trace), "within_max_drop": final.drop <= config.max_drop + 1e-9,
+                                      "margin_se": config.margin_se,
+                                      "fits_with_margin": fits(final.drop, final.drop_se, config.max_drop, config.margin_se)}
     dyn = dyn.cpu().eval()
     for p in dyn.parameters():
         p.requires_grad_(False)
@@ -373,15 +377,18 @@ def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
     with torch.no_grad():
         trace = trace_split(dyn.to(device), val, pad_id=pad_id, device=device)
         static = trace if dyn.spec.tokens == "none" else trace_split(dyn, val, pad_id=pad_id, device=device, tokens="none")
-    static_acc = float((static.exit_logits[L].argmax(-1) == labels).mean())
+    static_right = static.exit_logits[L].argmax(-1) == labels
+    static_acc = float(static_right.mean())
     s_cost = static_cost(dyn.shape, static.tokens[:, 0], dyn.num_labels)
-    point = _calibrated(dyn, trace, labels, static_acc, s_cost, config.max_drop)
+    point = _calibrated(dyn, trace, labels, static_right, s_cost, config)
     dyn = dyn.with_spec(replace(dyn.spec, threshold=point.threshold)).cpu().eval()
     out.update(threshold=float(point.threshold), val_rows=split["val_rows"], static_accuracy=static_acc,
                drop=float(point.drop), drop_se=float(point.drop_se), cost=float(point.cost),
                mean_exit_layer=float(point.mean_exit_layer),
                reach=_reach(dyn.spec, trace),
-               within_max_drop=bool(point.drop <= config.max_drop + 1e-9), seconds=round(time.perf_counter() - start, 1))
+               within_max_drop=bool(point.drop <= config.max_drop + 1e-9), margin_se=config.margin_se,
+               fits_with_margin=fits(point.drop, point.drop_se, config.max_drop, config.margin_se),
+               seconds=round(time.perf_counter() - start, 1))
     log.info("exit threshold calibrated again: %s %.4g -> %.4g; validation drop %.2f +- %.2f points at %.2fx the static "
              "FLOPs", dyn.spec.rule, before, point.threshold, point.drop, point.drop_se, point.cost)
     return dyn, out
@@ -398,15 +405,18 @@ def exit_threshold_of(steps) -> float | None:
     return threshold
 
 
-def _calibrated(dyn: DynamicModel, trace, labels, static_acc: float, s_cost: float, max_drop: float):
-    """The cheapest point of ``dyn``'s rule on ``trace`` within ``max_drop`` points (the most accurate, warned, when
-    none is)."""
-    points = exit_curve(dyn.spec.rule, trace, labels, dyn.spec.exits, shape=dyn.shape, static_accuracy=static_acc,
-                        static_cost=s_cost)
-    point, feasible = choose(points, max_drop)
+def _calibrated(dyn: DynamicModel, trace, labels, static_right, s_cost: float, config: DynamicConfig):
+    """The cheapest point of ``dyn``'s rule on ``trace`` whose drop against the static model (right per row:
+    ``static_right``) fits ``config.max_drop`` with ``config.margin_se`` standard errors to spare (the most
+    accurate, warned, when none does)."""
+    static_right = np.asarray(static_right, dtype=bool)
+    max_drop, margin = config.max_drop, config.margin_se
+    points = exit_curve(dyn.spec.rule, trace, labels, dyn.spec.exits, shape=dyn.shape,
+                        static_accuracy=float(static_right.mean()), static_cost=s_cost, reference_right=static_right)
+    point, feasible = choose(points, max_drop, margin)
     if not feasible:
-        log.warning("no %s threshold keeps the validation drop within %.2f points; using the most accurate (%.2f)",
-                    dyn.spec.rule, max_drop, point.drop)
+        log.warning("no %s threshold keeps the validation drop within %.2f points (with %g standard errors to spare); "
+                    "using the most accurate (%.2f +- %.2f)", dyn.spec.rule, max_drop, margin, point.drop, point.drop_se)
     elif max_drop > 0 and point.drop_se > max_drop:
         log.warning("the %d validation rows measure the chosen threshold's drop to +-%.2f points (one standard "
                     "error), more than --max-drop %.2f: the threshold is mostly noise; hold out more rows (--val-rows)",
@@ -426,25 +436,33 @@ def _never(rule: str, num_exits: int) -> float:
     return num_exits if rule == "patience" else (1.0 if rule == "maxprob" else 0.0)
 
 
-def _calibrate_token_scale(dyn: DynamicModel, val, labels, static_acc, s_cost, budget, *, pad_id, device):
-    """The cheapest scale of the learned thresholds within ``budget`` points: the grid :data:`TOKEN_SCALES`, then
-    :data:`TOKEN_SCALE_REFINE` bisections between the cheapest scale within the budget and the next one past it
-    (FLOPs fall steeply between two grid scales: 0.69x -> 0.34x from 1.25 to 1.5 on IMDB at 128 tokens)."""
+def _calibrate_token_scale(dyn: DynamicModel, val, labels, static_right, s_cost, budget, *, margin_se: float = 0.0,
+                           pad_id, device):
+    """The cheapest scale of the learned thresholds whose drop fits ``budget`` points with ``margin_se`` standard
+    errors (paired against the static model, right per row: ``static_right``) to spare: the grid
+    :data:`TOKEN_SCALES`, then :data:`TOKEN_SCALE_REFINE` bisections between the cheapest scale that fits and the
+    next one past it (FLOPs fall steeply between two grid scales: 0.69x -> 0.34x from 1.25 to 1.5 on IMDB at 128
+    tokens)."""
     base_th = dyn.spec.token_thresholds
+    static_right = np.asarray(static_right, dtype=bool)
+    static_acc = float(static_right.mean())
     curve = []
 
     def point(scale: float, *, refined: bool = False) -> dict:
         th = tuple(None if t is None else t * scale for t in base_th)
         t = trace_split(dyn, val, pad_id=pad_id, device=device, thresholds=th)
-        acc = float((t.exit_logits[dyn.spec.num_layers].argmax(-1) == labels).mean())
+        right = t.exit_logits[dyn.spec.num_layers].argmax(-1) == labels
+        acc = float(right.mean())
         cost = float(layer_flops(dyn.shape, t.tokens).sum(1).mean()) / s_cost
-        curve.append({"scale": scale, "accuracy": acc, "drop": 100 * (static_acc - acc), "cost": cost,
+        curve.append({"scale": scale, "accuracy": acc, "drop": 100 * (static_acc - acc),
+                      "drop_se": paired_se(static_right, right), "cost": cost,
                       "tokens_kept": [float(x) for x in t.tokens.mean(0)], **({"refined": True} if refined else {})})
-        log.info("token scale %.4g: drop %.2f points, %.2fx FLOPs", scale, curve[-1]["drop"], cost)
+        log.info("token scale %.4g: drop %.2f +- %.2f points, %.2fx FLOPs", scale, curve[-1]["drop"],
+                 curve[-1]["drop_se"], cost)
         return curve[-1]
 
     def within(c: dict) -> bool:
-        return c["drop"] <= budget + 1e-9
+        return fits(c["drop"], c["drop_se"], budget, margin_se)
 
     def cheapest() -> dict | None:
         ok = [c for c in curve if within(c)]

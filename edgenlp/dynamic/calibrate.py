@@ -125,12 +125,18 @@ def static_cost(shape, lengths: np.ndarray, num_labels: int) -> float:
     return float(layer_flops(shape, counts).sum(1).mean()) + head_flops(shape, num_labels)
 
 
-def choose(points: list[Point], max_drop: float) -> tuple[Point, bool]:
-    """The cheapest point within ``max_drop`` (ties: the more accurate); ``(point, feasible)``.
+def fits(drop: float, drop_se: float, max_drop: float, margin_se: float = 0.0) -> bool:
+    """Whether a drop measured to ``+- drop_se`` points is within ``max_drop`` with ``margin_se`` standard errors to
+    spare (``drop + margin_se * drop_se <= max_drop``)."""
+    return drop + margin_se * drop_se <= max_drop + 1e-9
 
-    When none is within the drop, the most accurate point (feasible False).
+
+def choose(points: list[Point], max_drop: float, margin_se: float = 0.0) -> tuple[Point, bool]:
+    """The cheapest point that :func:`fits` ``max_drop`` (ties: the more accurate); ``(point, feasible)``.
+
+    When none fits, the most accurate point (feasible False).
     """
-    ok = [p for p in points if p.drop <= max_drop + 1e-9]
+    ok = [p for p in points if fits(p.drop, p.drop_se, max_drop, margin_se)]
     if ok:
         return min(ok, key=lambda p: (p.cost, -p.accuracy)), True
     return max(points, key=lambda p: (p.accuracy, -p.cost)), False

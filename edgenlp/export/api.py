@@ -254,11 +254,14 @@ def check_parity(
 
 def _segment_failure(runtime: str, p: dict) -> str:
     """One clause of the parity error for a runtime's segments."""
-    out = (f"{runtime} segments max |diff| {max(p['exit_logits_max_abs_diff'], p['importance_max_abs_diff']):.2e} "
-           f"(limit {p['tolerance']:.2e})")
+    out = [f"{runtime} segments exit logits max |diff| {p['exit_logits_max_abs_diff']:.2e} (limit {p['tolerance']:.2e})"]
     if "exit_logits_rms_diff" in p:
-        out += f", exit logits RMS {p['exit_logits_rms_diff']:.2e} (limit {p['exit_bound']['rms_limit']:.2e})"
-    return out
+        out.append(f"exit logits RMS {p['exit_logits_rms_diff']:.2e} (limit {p['exit_bound']['rms_limit']:.2e})")
+    if "importance_tolerance" in p:
+        out.append(f"importance max |diff| {p['importance_max_abs_diff']:.2e} (limit {p['importance_tolerance']:.2e})")
+    if "importance_rms_diff" in p:
+        out.append(f"importance RMS {p['importance_rms_diff']:.2e} (limit {p['importance_bound']['rms_limit']:.2e})")
+    return ", ".join(out)
 
 
 def _failure(runtime: str, p: dict) -> str:

@@ -16,10 +16,10 @@ static bundle (``forward_<S>`` methods, ``model.onnx``) plus:
 :func:`check_segment_parity` is export's check of the segments: with exits
 and token pruning off, every exit's logits and every layer's importance
 through each runtime against the eager segments, at the static parity
-tolerance or, for a quantized model, at the exit logits' own
-activation-rounding bound where that is larger; the free-running decisions
-against the eager reference are reported (the same exit and tokens on how
-many sentences), not gated.
+tolerance or, for a quantized model, at the exit logits' and the
+importance's own activation-rounding bounds where those are larger; the
+free-running decisions against the eager reference are reported (the same
+exit and tokens on how many sentences), not gated.
 """
 
 from __future__ import annotations
@@ -241,14 +241,28 @@ def _chain_reference(model, token_ids) -> list:
                          trace=True) for ids in token_ids]
 
 
-def _rms_diff(a: list, b: list) -> float:
-    """RMS over sentences, exits and classes of the exit logits' difference between two traced chains."""
-    d = [np.asarray(r.exit_logits[k]) - np.asarray(g.exit_logits[k]) for r, g in zip(a, b) for k in r.exit_logits]
+def _rms_diff(a: list, b: list, what: str = "exit_logits") -> float:
+    """RMS over sentences, layers and entries of ``what`` (``exit_logits`` or ``importance``) between two traced chains."""
+    d = [np.asarray(getattr(r, what)[k]) - np.asarray(getattr(g, what)[k]) for r, g in zip(a, b) for k in getattr(r, what)]
     return float(np.sqrt(np.mean(np.concatenate([x.ravel() for x in d]) ** 2))) if d else 0.0
 
 
 def _max_diff(a: dict, b: dict) -> float:
     return max((float(np.abs(np.asarray(a[k]) - np.asarray(b[k])).max()) for k in a), default=0.0)
+
+
+def _max_abs(chains: list, what: str) -> float:
+    return max((float(np.abs(np.asarray(v)).max()) for r in chains for v in getattr(r, what).values()), default=1.0)
+
+
+def _rounding_bound(policy, ref: list, unrounded: list, what: str):
+    """``runtime -> policy.bound`` of ``what`` (``exit_logits`` or ``importance``), from the reference's own
+    activation-rounding error on these sentences (None when the chains carry no ``what``)."""
+    if not any(getattr(r, what) for r in ref):
+        return None
+    err = max(_max_diff(getattr(r, what), getattr(u, what)) for r, u in zip(ref, unrounded))
+    scale, rms = _max_abs(ref, what), _rms_diff(ref, unrounded, what)
+    return lambda runtime: policy.bound(runtime, reference_scale=scale, rounding_error=err, rounding_rms=rms)
 
 
 def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_len: int, tolerances: dict,
@@ -257,11 +271,15 @@ def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_le
 
     ``tolerances`` maps runtime -> the max |diff| allowed (the static parity's).
     For a quantized model, ``rounding_model`` (``policy.rounding_reference``
-    of it: activations left unrounded) gives the exit logits' own
-    activation-rounding error, and ``policy.bound`` turns it into their own
-    limit, as it does for the final logits: an exit head sharper than the
-    final classifier carries a larger rounding error, which a correct kernel
-    reproduces. The gate is the larger of the two limits.
+    of it: activations left unrounded) gives the exit logits' and the token
+    importance's own activation-rounding errors, and ``policy.bound`` turns
+    each into its own limits (max and RMS), as it does for the final logits:
+    an exit head sharper than the final classifier carries a larger rounding
+    error, and so does the importance (attention summed over up to ``seq``
+    queries; a sharp softmax moves with its logits' rounding), which a correct
+    kernel reproduces. Each output's gate is the larger of its own bound and
+    the static limit; a systematic defect (a wrong head mean, a moved exit
+    bias) still breaks the RMS limit.
     """
     from edgenlp.bundle import FORMAT_RUNTIME
     from edgenlp.models.tokenizer import token_ids as tokenize
@@ -269,14 +287,11 @@ def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_le
 
     ids = [id_map.apply(x) if id_map is not None else x for x in tokenize(tokenizer, texts, max_len=max_len)]
     ref = _chain_reference(model, ids)
-    own_bound = None
+    exit_bound = imp_bound = None
     if policy is not None and rounding_model is not None:
         unrounded = _chain_reference(rounding_model, ids)
-        exit_rounding = max(_max_diff(r.exit_logits, u.exit_logits) for r, u in zip(ref, unrounded))
-        scale = max((float(np.abs(np.asarray(v)).max()) for r in ref for v in r.exit_logits.values()), default=1.0)
-        rounding_rms = _rms_diff(ref, unrounded)
-        own_bound = lambda runtime: policy.bound(runtime, reference_scale=scale, rounding_error=exit_rounding,  # noqa: E731
-                                                 rounding_rms=rounding_rms)
+        exit_bound = _rounding_bound(policy, ref, unrounded, "exit_logits")
+        imp_bound = _rounding_bound(policy, ref, unrounded, "importance")
     free = eager_runner(model).backend
     out = {}
     for fmt in formats:
@@ -297,16 +312,20 @@ def check_segment_parity(bundle_dir, model, *, formats, texts, tokenizer, max_le
                                  num_layers=runner.spec.num_layers)
                 same += a.exit_layer == b.exit_layer and a.tokens == b.tokens
         tol = tolerances[runtime]
-        bound = own_bound(runtime) if own_bound is not None else None
+        bound = exit_bound(runtime) if exit_bound is not None else None
+        ibound = imp_bound(runtime) if imp_bound is not None else None
         out[runtime] = {"exit_logits_max_abs_diff": logit_diff, "importance_max_abs_diff": imp_diff,
-                        "tolerance": max(tol, bound["tolerance"]) if bound else tol, "samples": len(ids),
-                        "same_decisions": same}
-        passed = logit_diff <= out[runtime]["tolerance"] and imp_diff <= max(tol, 1e-4)
-        if bound:
-            out[runtime]["exit_bound"] = bound
-            if "rms_limit" in bound:  # a systematic defect moves every sentence's exit logits
-                out[runtime]["exit_logits_rms_diff"] = _rms_diff(ref, got)
-                passed = passed and out[runtime]["exit_logits_rms_diff"] <= bound["rms_limit"]
+                        "tolerance": max(tol, bound["tolerance"]) if bound else tol,
+                        "importance_tolerance": max(tol, 1e-4, ibound["tolerance"] if ibound else 0.0),
+                        "samples": len(ids), "same_decisions": same}
+        passed = logit_diff <= out[runtime]["tolerance"] and imp_diff <= out[runtime]["importance_tolerance"]
+        for name, b, what in (("exit", bound, "exit_logits"), ("importance", ibound, "importance")):
+            if not b:
+                continue
+            out[runtime][f"{name}_bound"] = b
+            if "rms_limit" in b:  # a systematic defect moves every sentence's outputs
+                out[runtime][f"{what}_rms_diff"] = _rms_diff(ref, got, what)
+                passed = passed and out[runtime][f"{what}_rms_diff"] <= b["rms_limit"]
         out[runtime]["passed"] = passed
         log.info("segment parity %s: exit logits %.2e, importance %.2e; same decisions on %d/%d", runtime, logit_diff,
                  imp_diff, same, len(ids))

@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from edgenlp.dynamic.calibrate import choose, exit_curve, static_cost
+from edgenlp.dynamic.calibrate import Point, choose, exit_curve, fits, static_cost
 from edgenlp.dynamic.model import MaskedTrace
 from edgenlp.models.encoder import EncoderShape
 
@@ -124,3 +124,16 @@ def test_calibration_uses_held_out_training_rows_never_dev_and_keeps_the_drop(ti
     drop = 100 * ((static == gold).mean() - (np.array([p.logits.argmax() for p in dynamic]) == gold).mean())
     assert drop <= config.max_drop + 1e-9
     assert res.report["validation"]["static_accuracy"] == pytest.approx((static == gold).mean())
+
+
+def test_choose_keeps_margin_se_standard_errors_to_spare():
+    """A point fits when drop + margin_se x drop_se is within max_drop: the cheap point measured at 0.4 +- 0.3 fits a
+    0.5-point budget alone, not with one standard error to spare; the dearer 0.2 +- 0.1 does."""
+    cheap = Point(0.6, 0.900, 0.4, 0.3, 1.2, drop_se=0.3)
+    dearer = Point(0.8, 0.902, 0.2, 0.6, 2.0, drop_se=0.1)
+    static = Point(1.0, 0.904, 0.0, 1.0, 3.0, drop_se=0.0)
+    assert choose([cheap, dearer, static], 0.5) == (cheap, True)
+    assert choose([cheap, dearer, static], 0.5, 1.0) == (dearer, True)
+    assert choose([cheap, dearer, static], 0.5, 4.0) == (static, True)
+    assert choose([cheap, dearer], 0.1, 1.0) == (dearer, False)  # none fits: the most accurate (ties: the cheaper)
+    assert fits(0.4, 0.1, 0.5, 1.0) and not fits(0.4, 0.11, 0.5, 1.0)

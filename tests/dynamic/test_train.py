@@ -70,6 +70,12 @@ def test_validation_rows_can_come_from_long_training_rows_only(dyn_task_dir):
         split_rows(task, info, DynamicConfig(val_rows=10, val_min_words=max(words) + 1))
     old = {k: v for k, v in DynamicConfig().to_dict().items() if k != "val_min_words"} | {"version": 1}
     assert DynamicConfig.from_dict(old).val_min_words == 0  # a version-1 step drew from every row
+    v2 = {k: v for k, v in DynamicConfig().to_dict().items() if k != "margin_se"} | {"version": 2}
+    assert DynamicConfig.from_dict(v2).margin_se == 0.0  # a version-2 step held the measured drop alone
+    assert DynamicConfig().margin_se == 1.0
+    for bad in (-0.5, 11.0, True, "1"):
+        with pytest.raises(ValueError, match="margin_se"):
+            DynamicConfig(margin_se=bad)
 
 
 def test_quantize_verb_writes_the_recalibrated_threshold_into_the_bundle(tiny_dynamic_dir, dyn_task_dir, tmp_path):
@@ -259,10 +265,12 @@ def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tin
     labels = np.asarray(val.labels)
     with torch.no_grad():
         trace, static = trace_split(q, val, pad_id=0), trace_split(q, val, pad_id=0, tokens="none")
-    acc = float((static.exit_logits[q.spec.num_layers].argmax(-1) == labels).mean())
+    static_right = static.exit_logits[q.spec.num_layers].argmax(-1) == labels
+    acc = float(static_right.mean())
     want, _ = choose(exit_curve(q.spec.rule, trace, labels, q.spec.exits, shape=q.shape, static_accuracy=acc,
-                                static_cost=static_cost(q.shape, static.tokens[:, 0], q.num_labels)), cfg.max_drop)
-    assert 0.0 < want.threshold < 1.0
+                                static_cost=static_cost(q.shape, static.tokens[:, 0], q.num_labels),
+                                reference_right=static_right), cfg.max_drop, cfg.margin_se)
+    assert 0.0 < want.threshold < 1.0 and cfg.margin_se == 1.0
     assert exits["threshold"] == want.threshold and exits["static_accuracy"] == acc
     assert exits["drop"] == pytest.approx(want.drop) and len(exits["reach"]) == q.spec.num_layers
     lowered = as_dynamic(qmodel.eval(), got, got.recipe)
@@ -336,6 +344,52 @@ def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, 
     assert not got["passed"] and got["exit_logits_max_abs_diff"] > got["tolerance"]
 
 
+@pytest.mark.slow
+def test_token_importance_is_gated_by_its_own_rounding_bound_and_a_wrong_head_mean_still_fails(tiny_dynamic_dir, tmp_path,
+                                                                                               monkeypatch):
+    """The int8 segments' importance (attention summed over the queries: it grows with the length, and a sharp softmax
+    moves with its logits' rounding) is checked at its own activation-rounding bound, max and RMS, recorded in the
+    manifest. A reference whose importance leaves one head out of the mean (the lowered segments average every head)
+    fails that gate."""
+    from edgenlp.dynamic import model as dyn_model
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.export.segments import as_dynamic, check_segment_parity
+    from edgenlp.models.tokenizer import build_tokenizer
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.rounding import without_activation_rounding
+    from edgenlp.recipe import parity_policy
+
+    model, info = load_model(tiny_dynamic_dir)
+    assert load_dynamic(tiny_dynamic_dir).spec.token_layers
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+    b = export_bundle(qmodel, qinfo, tmp_path / "q", config=ExportConfig(formats=("pte",), max_seq_len=16, buckets=(16,)))
+    p = b.manifest["dynamic"]["parity"]["executorch"]
+    ib = p["importance_bound"]
+    assert p["passed"] and ib["terms"]["activation_rounding_error"] > 0 and ib["rms_limit"] > 0
+    assert p["importance_max_abs_diff"] <= p["importance_tolerance"] and p["importance_rms_diff"] <= ib["rms_limit"]
+
+    policy = parity_policy(qinfo.recipe)
+    reference = policy.reference_model(as_dynamic(qmodel, qinfo, qinfo.recipe))
+    args = dict(formats=("pte",), texts=["a fine film", "dull", "the plot is thin but the acting is good"],
+                tokenizer=build_tokenizer(qinfo.vocab_file, qinfo.tokenizer), max_len=16,
+                tolerances={"executorch": b.manifest["parity"]["executorch"]["tolerance"]}, policy=policy)
+    assert check_segment_parity(b.path, reference, rounding_model=without_activation_rounding(reference),
+                                **args)["executorch"]["passed"]
+
+    right = dyn_model.weighted_importance
+
+    def one_head_short(probs, weights):  # an off-by-one in the head mean: the first head left out
+        return right(probs[:, 1:], weights)
+
+    monkeypatch.setattr(dyn_model, "weighted_importance", one_head_short)
+    got = check_segment_parity(b.path, reference, rounding_model=without_activation_rounding(reference), **args)
+    got = got["executorch"]
+    assert not got["passed"] and got["exit_logits_max_abs_diff"] <= got["tolerance"]
+    assert (got["importance_max_abs_diff"] > got["importance_tolerance"]
+            or got["importance_rms_diff"] > got["importance_bound"]["rms_limit"])
+
+
 def test_token_scale_is_bisected_between_the_last_grid_scale_within_the_budget_and_the_first_past_it(monkeypatch):
     """Tokens fall with the scale and the accuracy breaks past 1.37: the grid alone stops at 1.25 (0.69x the FLOPs of
     1.0's) and 1.5 is past the budget; the bisections find the scale within 1/16 of a grid step below 1.37."""
@@ -358,9 +412,42 @@ def test_token_scale_is_bisected_between_the_last_grid_scale_within_the_budget_a
     monkeypatch.setattr(api, "trace_split", fake_trace)
     monkeypatch.setattr(api, "layer_flops", lambda shape, tokens: tokens.astype(float))
     dyn = SimpleNamespace(spec=SimpleNamespace(token_thresholds=(1.0, None), num_layers=L), shape=None)
-    scale, curve = api._calibrate_token_scale(dyn, None, labels, 1.0, float(n * L), 1.0, pad_id=0, device="cpu")
+    static_right = np.ones(rows, dtype=bool)
+    scale, curve = api._calibrate_token_scale(dyn, None, labels, static_right, float(n * L), 1.0, pad_id=0, device="cpu")
     assert 1.25 < scale <= breaks and breaks - scale <= 0.25 / 16, scale
     refined = [c for c in curve if c.get("refined")]
     assert len(refined) == 4 and all(1.25 < c["scale"] < 1.5 for c in refined)
     chosen = next(c for c in curve if c["scale"] == scale)
     assert chosen["drop"] <= 1.0 and chosen["cost"] == min(c["cost"] for c in curve if c["drop"] <= 1.0)
+
+
+def test_token_scale_keeps_margin_se_standard_errors_to_spare(monkeypatch):
+    """From scale 1.0 on, 2 of 100 rows go wrong: a drop of 2 points measured to +-1.4. Within a 3-point budget
+    alone it fits (the scale reaches the break at 1.37); with one standard error to spare (3.4 > 3) it does not, and
+    the scale stays below 1.0."""
+    from types import SimpleNamespace
+
+    from edgenlp.dynamic import api
+
+    L, n, rows, breaks = 2, 100, 100, 1.37
+    labels = np.zeros(rows, dtype=int)
+
+    def fake_trace(dyn, val, *, pad_id, device, thresholds):
+        scale = thresholds[0]
+        wrong = 0 if scale < 1.0 else (2 if scale <= breaks else rows // 5)
+        logits = np.zeros((rows, 2))
+        logits[:, 0] = 1.0
+        logits[:wrong, 1] = 2.0
+        return SimpleNamespace(exit_logits={L: logits}, tokens=np.full((rows, L), max(2.0, n * (1 - 0.5 * scale))))
+
+    monkeypatch.setattr(api, "trace_split", fake_trace)
+    monkeypatch.setattr(api, "layer_flops", lambda shape, tokens: tokens.astype(float))
+    dyn = SimpleNamespace(spec=SimpleNamespace(token_thresholds=(1.0, None), num_layers=L), shape=None)
+    right = np.ones(rows, dtype=bool)
+    bare, _ = api._calibrate_token_scale(dyn, None, labels, right, float(n * L), 3.0, pad_id=0, device="cpu")
+    assert 1.25 < bare <= breaks
+    scale, curve = api._calibrate_token_scale(dyn, None, labels, right, float(n * L), 3.0, margin_se=1.0, pad_id=0,
+                                              device="cpu")
+    assert 0.75 <= scale < 1.0, scale
+    at_one = next(c for c in curve if c["scale"] == 1.0)
+    assert at_one["drop"] == pytest.approx(2.0) and at_one["drop_se"] == pytest.approx(100 * np.sqrt(0.02 * 0.98 / rows))

@@ -485,6 +485,9 @@ def main() -> None:
             entry.update(measure(case, spec, args.workdir, data, args.variants, dev_limit=limit, rounds=args.rounds,
                                  curve_limit=args.curve_limit))
             entry["host"] = case_host(bench.host())  # cases of one file may come from different machines
+        if args.stage == "build":  # the results file (its host, load and commit) is a measurement's; build.json holds this
+            log.info("%s built in %s", case, args.workdir / case)
+            continue
         measured = any("variants" in r for r in results["cases"].values())
         bench.write(args.out, results, markdown(results), plot=(lambda p: plot(results, p)) if measured else None)
         log.info("%s done; wrote %s", case, out_json)

@@ -1487,6 +1487,30 @@ def dynamic_val_rows(r: Results) -> str:
     ])
 
 
+@section("calibration-margin")
+def calibration_margin(r: Results) -> str:
+    bench = _bench_module("calibration_margin")
+    parts = []
+    for name, what in (("calibration-margin-imdb128-exits", "Exits alone (the model's token pruning switched off)"),
+                       ("calibration-margin-imdb128-ltp-exits", "Exits after the token pruning as built (its scale "
+                                                                "calibrated with no margin)")):
+        doc = r(name)
+        h = doc.get("host", {})
+        parts += [paragraph(f"""**{what}.** {bench.describe(doc)}"""), "\n".join(bench.margin_table(doc))]
+        if doc["tokens"] != "none":
+            floor = min(m["check_drop"]["min"] for m in doc["margins"])
+            parts.append(paragraph(f"""Here the token pruning, its scale chosen on {doc['split']['val_rows']:,} rows with no margin, has
+                                   spent the budget before any exit: no threshold brings the check rows' drop below
+                                   {num(floor, 2)} points, so the exits' margin cannot help; the token scale needs the
+                                   margin too (`imdb128-ltp-exits-m1` in the results below)."""))
+        if "dev" in doc:
+            parts += [paragraph(f"""Dev ({doc['dev']['rows']} rows, reported only): the threshold each margin chose on
+                                the first calibration set."""), "\n".join(bench.dev_table(doc))]
+        parts.append(paragraph(f"""Host: {h.get('cpu_model', 'not recorded')}, ISA flags {h.get('isa_flags')} (eager,
+                               accuracy and FLOPs only; `tools/bench/results/{name}.md`)."""))
+    return "\n\n".join(parts)
+
+
 @section("dynamic")
 def dynamic(r: Results) -> str:
     doc = r("dynamic")

@@ -20,6 +20,7 @@ is NumPy. With ``--dev``, each margin's threshold chosen on the first calibratio
 never used to choose). Writes ``<out>.json`` and ``<out>.md``.
 
     python tools/bench/calibration_margin.py --model /tmp/imdb/bench/imdb128-ltp-exits/model --task imdb --dev
+    python tools/bench/calibration_margin.py ... --no-tokens   # the exits alone (token pruning switched off)
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def pool_rows(task, info, cfg, limit: int, seed: int) -> tuple[list[int], dict]:
 
 
 def run(model_dir: Path, task_name: str, *, margins: list[float], calib_rows: int, check_rows: int, pool_limit: int,
-        draws: int, seed: int, dev: bool) -> dict:
+        draws: int, seed: int, dev: bool, tokens: bool = True) -> dict:
     from edgenlp.data.tasks import load_task
     from edgenlp.dynamic.api import load_dynamic, trace_split
     from edgenlp.dynamic.calibrate import choose, exit_curve, static_cost
@@ -80,8 +81,8 @@ def run(model_dir: Path, task_name: str, *, margins: list[float], calib_rows: in
     def traced(split):
         data = encode_split(tok, split, task.labels, max_len=cfg.max_seq_len)
         y = np.asarray(data.labels)
-        tr = trace_split(model, data, pad_id=pad)
         st = trace_split(model, data, pad_id=pad, tokens="none")
+        tr = trace_split(model, data, pad_id=pad) if tokens and spec.tokens != "none" else st
         return tr, st.exit_logits[L].argmax(-1) == y, static_cost(model.shape, st.tokens[:, 0], model.num_labels), y
 
     trace, static_right, _, labels = traced(task.train.take(rows))
@@ -120,9 +121,10 @@ def run(model_dir: Path, task_name: str, *, margins: list[float], calib_rows: in
         out_rows.append({"margin_se": k, "draws": len(p), **{key: stat(key) for key in
                                                              ("drop", "drop_se", "check_drop", "check_cost")},
                          "over_budget_on_check": int(sum(x["check_drop"] > cfg.max_drop + 1e-9 for x in p)),
+                         "feasible": int(sum(x["feasible"] for x in p)),
                          "picks": p})
     doc = {"model": str(model_dir), "task": task_name, "rule": spec.rule, "max_drop": cfg.max_drop,
-           "tokens": spec.tokens, "calib_rows": calib_rows, "check_rows": check_rows, "draws": draws, "seed": seed,
+           "tokens": spec.tokens if tokens else "none", "calib_rows": calib_rows, "check_rows": check_rows, "draws": draws, "seed": seed,
            "split": note, "margins": out_rows}
     if dev:
         tr, right, s_cost, y = traced(task.dev)
@@ -134,29 +136,41 @@ def run(model_dir: Path, task_name: str, *, margins: list[float], calib_rows: in
     return doc
 
 
-def markdown(doc: dict) -> str:
-    lines = ["# Exit threshold: the calibration margin, checked on training rows it never saw (eager, accuracy and "
-             "FLOPs)", "",
-             f"{doc['task']} (tokens: {doc['tokens']}), rule {doc['rule']}, maximum drop {doc['max_drop']} points, "
-             f"drops against the static model. {doc['draws']} calibration sets of {doc['calib_rows']} training rows "
-             f"each choose the threshold with `drop + k x SE <= max_drop`; {doc['check_rows']} other training rows "
-             "(unseen by the fine-tuning, the dynamic training and every calibration set) score it.", "",
-             "| k (margin, SE) | drop where chosen (pts, mean) | its SE (mean) | drop on check rows (pts, mean; min – max) "
-             f"| over {doc['max_drop']} on check | FLOPs vs static on check (mean; min – max) |",
-             "|---:|---:|---:|---|---:|---|"]
+def margin_table(doc: dict) -> list[str]:
+    lines = ["| k (margin, SE) | a threshold fit | drop where chosen (pts, mean) | its SE (mean) | drop on check rows "
+             f"(pts, mean; min – max) | over {doc['max_drop']} on check | FLOPs vs static on check (mean; min – max) |",
+             "|---:|---:|---:|---:|---|---:|---|"]
     for r in doc["margins"]:
         d, c = r["check_drop"], r["check_cost"]
-        lines.append(f"| {r['margin_se']:g} | {r['drop']['mean']:.2f} | {r['drop_se']['mean']:.2f} | {d['mean']:.2f} "
-                     f"({d['min']:.2f} – {d['max']:.2f}) | {r['over_budget_on_check']}/{r['draws']} | {c['mean']:.2f} "
-                     f"({c['min']:.2f} – {c['max']:.2f}) |")
+        lines.append(f"| {r['margin_se']:g} | {r['feasible']}/{r['draws']} | {r['drop']['mean']:.2f} | "
+                     f"{r['drop_se']['mean']:.2f} | {d['mean']:.2f} ({d['min']:.2f} – {d['max']:.2f}) | "
+                     f"{r['over_budget_on_check']}/{r['draws']} | {c['mean']:.2f} ({c['min']:.2f} – {c['max']:.2f}) |")
+    return lines
+
+
+def dev_table(doc: dict) -> list[str]:
+    lines = ["| k | threshold | dev drop ± SE (pts) | FLOPs vs static | mean exit layer |", "|---:|---:|---|---:|---:|"]
+    for m in doc["dev"]["margins"]:
+        lines.append(f"| {m['margin_se']:g} | {m['threshold']:.4g} | {m['drop']:.2f} ± {m['drop_se']:.2f} | "
+                     f"{m['cost']:.2f} | {m['mean_exit_layer']:.2f} |")
+    return lines
+
+
+def describe(doc: dict) -> str:
+    return (f"{doc['task']} (tokens: {doc['tokens']}), rule {doc['rule']}, maximum drop {doc['max_drop']} points, drops "
+            f"against the static model. {doc['draws']} calibration sets of {doc['calib_rows']} training rows each "
+            f"choose the threshold with `drop + k x SE <= max_drop`; {doc['check_rows']} other training rows (unseen "
+            "by the fine-tuning, the dynamic training and every calibration set) score it. Where no threshold fits, "
+            "the most accurate one is taken.")
+
+
+def markdown(doc: dict) -> str:
+    lines = ["# Exit threshold: the calibration margin, checked on training rows it never saw (eager, accuracy and "
+             "FLOPs)", "", describe(doc), "", *margin_table(doc)]
     if "dev" in doc:
         dv = doc["dev"]
         lines += ["", f"Dev ({dv['rows']} rows, static accuracy {100 * dv['static_accuracy']:.2f}%; reported only): "
-                  "the threshold each margin chose on the first calibration set.", "",
-                  "| k | threshold | dev drop ± SE (pts) | FLOPs vs static | mean exit layer |", "|---:|---:|---|---:|---:|"]
-        for m in dv["margins"]:
-            lines.append(f"| {m['margin_se']:g} | {m['threshold']:.4g} | {m['drop']:.2f} ± {m['drop_se']:.2f} | "
-                         f"{m['cost']:.2f} | {m['mean_exit_layer']:.2f} |")
+                  "the threshold each margin chose on the first calibration set.", "", *dev_table(doc)]
     return "\n".join(lines) + "\n"
 
 
@@ -171,13 +185,14 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=30)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dev", action="store_true", help="Also score the first draw's thresholds on dev (reported only).")
+    ap.add_argument("--no-tokens", action="store_true", help="The exits alone: the model's token pruning switched off.")
     ap.add_argument("--out", type=Path, default=RESULTS / "calibration-margin")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(2)
     doc = run(args.model, args.task, margins=args.margins, calib_rows=args.calib_rows, check_rows=args.check_rows,
-              pool_limit=args.pool_rows, draws=args.draws, seed=args.seed, dev=args.dev)
+              pool_limit=args.pool_rows, draws=args.draws, seed=args.seed, dev=args.dev, tokens=not args.no_tokens)
     Results(script="calibration_margin", threads=2).write(args.out, doc, markdown(doc))
 
 

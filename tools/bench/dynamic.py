@@ -99,6 +99,10 @@ CASES = {
                                 model_of="imdb128-ltp"),
     "imdb128-ltp-exits": dict(task="imdb", seq=128, exits="all", tokens="ltp", max_drop=1.0, margin_se=0.0, val_rows=1000,
                               train_limit=1500, target=dict(speedup=2.0, drop=1.0)),
+    # imdb128-ltp-exits calibrated with one standard error to spare (margin_se 1, DynamicConfig's default): the token
+    # scale and the exit threshold must fit drop + SE <= budget on the same 1,000 validation rows.
+    "imdb128-ltp-exits-m1": dict(task="imdb", seq=128, exits="all", tokens="ltp", max_drop=1.0, margin_se=1.0,
+                                 val_rows=1000, train_limit=1500, target=dict(speedup=2.0, drop=1.0)),
     "imdb256-ltp": dict(task="imdb", seq=256, exits="none", tokens="ltp", max_drop=1.0, margin_se=0.0, val_rows=500, train_limit=1200,
                         target=dict(speedup=2.0, drop=1.0)),
 }

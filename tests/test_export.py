@@ -157,3 +157,53 @@ def test_minilm_export_parity_on_real_dev_sentences(tmp_path):
     for runtime in ("executorch", "onnx"):
         p = b.manifest["parity"][runtime]
         assert p["samples"] == 24 and p["max_abs_diff"] <= 1e-4 and p["argmax_agreement"] == 1.0
+
+
+def test_executorch_calls_flush_denormals_and_turn_it_off_after(tiny_bundle, tiny_dynamic_bundle, monkeypatch):
+    """Every ExecuTorch method call of the runners runs with denormals flushed to zero (a denormal operand reads as
+    0 inside it), the static runner's and the dynamic backend's alike, and the thread's flag is off again after."""
+    import torch
+
+    from edgenlp.run import executorch as et_run
+    from edgenlp.run.base import get_runner
+
+    def denormal_product() -> float:
+        return float((torch.tensor([1e-39], dtype=torch.float32) * torch.tensor([1.0]))[0])
+
+    seen = []
+
+    class Probe:
+        def execute(self, inputs):
+            seen.append(denormal_product())
+            return ["out"]
+
+    assert et_run.execute(Probe(), []) == ["out"] and seen == [0.0]
+    assert denormal_product() != 0.0
+
+    real = et_run.ExecuTorchRunner._method
+    calls = []
+
+    def probed(self, name):
+        method = real(self, name)
+
+        class Wrapped:
+            def execute(self, inputs):
+                calls.append(denormal_product())
+                return method.execute(inputs)
+
+        return Wrapped()
+
+    from edgenlp.run.dynamic import ExecuTorchBackend
+
+    monkeypatch.setattr(et_run.ExecuTorchRunner, "_method", probed)
+    with get_runner(tiny_bundle, runtime="executorch", threads=1) as runner:
+        runner.predict(["a fine film", "dull"])
+    assert calls and all(c == 0.0 for c in calls) and denormal_product() != 0.0
+
+    real = ExecuTorchBackend._method
+    calls.clear()
+    monkeypatch.setattr(ExecuTorchBackend, "_method", probed)
+    with get_runner(tiny_dynamic_bundle, runtime="executorch", threads=1) as runner:
+        runner.predict(["a fine film", "dull"])
+        runner.predict(["a fine film"], static=True)
+    assert len(calls) >= 4 and all(c == 0.0 for c in calls) and denormal_product() != 0.0

@@ -23,7 +23,7 @@ def run(args: dict) -> dict:
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
-    from edgenlp.run.executorch import execute, register_edgenlp_ops, register_quantized_kernels
+    from edgenlp.run.executorch import register_edgenlp_ops, register_quantized_kernels
 
     register_quantized_kernels()
     register_edgenlp_ops()  # programs of sparse bundles call edgenlp::sparse_linear*
@@ -38,7 +38,7 @@ def run(args: dict) -> dict:
     work = Path(args["workdir"])
     program = rt.load_program(args["pte"], enable_etdump=True, debug_buffer_size=0)
     method = program.load_method(args["method"])
-    t = interleave({"plain": lambda: execute(plain, [ids, mask]), "profiled": lambda: execute(method, [ids, mask])},
+    t = interleave({"plain": lambda: plain.execute([ids, mask]), "profiled": lambda: method.execute([ids, mask])},
                    rounds=runs, warmup=warmup, alternate=False)
     e2e = t.values("plain")
     etdump = work / "etdump.etdp"
@@ -56,7 +56,7 @@ def compare(args: dict) -> dict:
     from executorch.runtime import Runtime
 
     from edgenlp.export.graph import example_inputs
-    from edgenlp.run.executorch import execute, register_edgenlp_ops, register_quantized_kernels
+    from edgenlp.run.executorch import register_edgenlp_ops, register_quantized_kernels
 
     register_quantized_kernels()
     register_edgenlp_ops()  # programs of sparse bundles call edgenlp::sparse_linear*
@@ -66,7 +66,7 @@ def compare(args: dict) -> dict:
     for prog in args["programs"]:
         methods.append(rt.load_program(prog["pte"]).load_method(prog["method"]))
         inputs.append(list(example_inputs(seq, batch=1, vocab_size=int(prog["vocab_size"]))))
-    calls = {str(i): (lambda m=m, x=x: execute(m, x)) for i, (m, x) in enumerate(zip(methods, inputs))}
+    calls = {str(i): (lambda m=m, x=x: m.execute(x)) for i, (m, x) in enumerate(zip(methods, inputs))}
     t = interleave(calls, rounds=runs, warmup=warmup)  # the order flips every round
     times = [t.values(name) for name in calls]
     return {"end_to_end_ms": times}

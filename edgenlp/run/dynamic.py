@@ -35,7 +35,6 @@ from edgenlp.dynamic.manifest import DynamicEntry, SegmentEntry, onnx_output_nam
 from edgenlp.dynamic.rules import ExitState, check_keep_ratio, check_threshold, keep_tokens
 from edgenlp.errors import BundleError, EdgeNLPError
 from edgenlp.run.base import BundleRunner, Runner, check_texts, softmax
-from edgenlp.run.executorch import execute
 
 log = logging.getLogger(__name__)
 
@@ -191,17 +190,17 @@ class ExecuTorchBackend(TorchBackend):
     def embed(self, ids: np.ndarray):
         import torch
 
-        return execute(self._method(self.entry.embedding_pte[ids.shape[1]]), [torch.from_numpy(ids)])[0]
+        return self._method(self.entry.embedding_pte[ids.shape[1]]).execute([torch.from_numpy(ids)])[0]
 
     def segment(self, k: int, hidden, bias: np.ndarray) -> list:
         import torch
 
-        return execute(self._method(self.entry.segments[k].pte[bias.shape[1]]), [hidden, torch.from_numpy(bias)])
+        return self._method(self.entry.segments[k].pte[bias.shape[1]]).execute([hidden, torch.from_numpy(bias)])
 
     def static_logits(self, ids: list[int]) -> np.ndarray:
         m = pick_bucket(self.bundle.pte_methods, len(ids))
         x, mask = pad_to_bucket(ids, m, pad_id=self.pad_id)
-        return execute(self._method(m.name), [x, mask])[0].detach().numpy()[0]
+        return self._method(m.name).execute([x, mask])[0].detach().numpy()[0]
 
 
 class OnnxBackend(Backend):

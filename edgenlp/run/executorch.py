@@ -102,25 +102,6 @@ def load_program(path: Path, *, edgenlp_ops: bool = False, **kwargs):
         raise BundleError(f"{path}: cannot load ExecuTorch program ({type(exc).__name__}: {exc})") from exc
 
 
-def execute(method, inputs: list) -> list:
-    """``method.execute(inputs)`` with denormal floats flushed to zero on this thread, then off again (PyTorch's default).
-
-    Attention probabilities of sharp heads underflow into the denormal range, and x86 cores take a microcode assist
-    on every operation that reads or writes one; XNNPACK flushes inside the operators it parallelizes, not in
-    everything it runs on the calling thread. Measured on a Xeon (AVX-512), fp32 at 128 tokens, 1 thread: a MiniLM
-    segment that also returns the token importance ran 7.2 ms instead of 4.7 ms, the static forward 32.8 instead of
-    30.4 ms. The native runtime does the same and restores the caller's bits (``runtime/src/fpenv.h``); PyTorch has
-    no way to read the flag, so a caller that had turned it on with ``torch.set_flush_denormal`` finds it off after.
-    """
-    import torch
-
-    torch.set_flush_denormal(True)
-    try:
-        return method.execute(inputs)
-    finally:
-        torch.set_flush_denormal(False)
-
-
 def uses_edgenlp_ops(bundle: Bundle) -> bool:
     """Whether the bundle's model.pte calls edgenlp's own ops (its manifest's ``sparse.ops``)."""
     return bool((bundle.manifest.get("sparse") or {}).get("ops"))
@@ -150,7 +131,7 @@ class ExecuTorchRunner(BundleRunner):
     def run_ids(self, ids: list[int]) -> np.ndarray:
         m = pick_bucket(self.methods, len(ids))
         x, mask = pad_to_bucket(ids, m, pad_id=self.pad_id)
-        out = execute(self._method(m.name), [x, mask])[0]
+        out = self._method(m.name).execute([x, mask])[0]
         return out.detach().numpy()[0]
 
     def predict_logits(self, texts: Sequence[str]) -> np.ndarray:

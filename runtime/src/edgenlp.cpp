@@ -24,7 +24,6 @@
 
 #include "bundle.h"
 #include "dynamic.h"
-#include "fpenv.h"
 #include "wordpiece.h"
 
 // The wheel ships libexecutorch_threadpool.so but not its header; these two
@@ -460,10 +459,7 @@ struct edgenlp_handle {
     std::vector<EValue> inputs;
     inputs.emplace_back(Tensor(&ids_impl));
     inputs.emplace_back(Tensor(&mask_impl));
-    auto result = [&] {
-      const edgenlp::FlushDenormals flush;  // see fpenv.h
-      return module->execute(method->name, inputs);
-    }();
+    auto result = module->execute(method->name, inputs);
     if (!result.ok())
       return fail(EDGENLP_ERR_MODEL, "method '" + method->name + "' failed (" + et_error(result.error()) + ")");
     if (result->empty() || !(*result)[0].isTensor())
@@ -542,10 +538,7 @@ struct edgenlp_handle {
   // Run one method; outs receives its outputs.
   edgenlp_status execute(const std::string& name, std::vector<EValue>& inputs, std::vector<EValue>* outs) {
     if (ensure_loaded(name) != EDGENLP_OK) return EDGENLP_ERR_MODEL;
-    auto result = [&] {
-      const edgenlp::FlushDenormals flush;  // see fpenv.h
-      return module->execute(name, inputs);
-    }();
+    auto result = module->execute(name, inputs);
     if (!result.ok())
       return fail(EDGENLP_ERR_MODEL, "method '" + name + "' failed (" + et_error(result.error()) + ")");
     *outs = std::move(*result);

@@ -12,7 +12,6 @@
 
 #include "dynamic.h"
 #include "edgenlp.h"
-#include "fpenv.h"
 #include "json.h"
 #include "sha256.h"
 #include "unicode.h"
@@ -317,28 +316,7 @@ void test_bundle(const char* dir) {
 
 }  // namespace
 
-// A denormal operand reads as zero inside the guard (FTZ/DAZ, FPCR.FZ), and the caller's
-// environment is back after it, also when the caller had set the bits itself.
-void test_flush_denormals() {
-  volatile float tiny = 1e-39f;  // below FLT_MIN: a denormal
-  volatile float one = 1.0f;
-  CHECK(tiny * one != 0.0f);
-  const std::uint64_t before = edgenlp::FlushDenormals::read();
-  {
-    const edgenlp::FlushDenormals flush;
-    CHECK(tiny * one == 0.0f);
-    CHECK((edgenlp::FlushDenormals::read() & edgenlp::FlushDenormals::kBits) == edgenlp::FlushDenormals::kBits);
-  }
-  CHECK(edgenlp::FlushDenormals::read() == before);
-  CHECK(tiny * one != 0.0f);
-  edgenlp::FlushDenormals::write(before | edgenlp::FlushDenormals::kBits);  // an app that flushes on its own
-  { const edgenlp::FlushDenormals flush; }
-  CHECK(edgenlp::FlushDenormals::read() == (before | edgenlp::FlushDenormals::kBits));
-  edgenlp::FlushDenormals::write(before);
-}
-
 int main(int argc, char** argv) {
-  test_flush_denormals();
   test_sha256();
   test_sha256_impls();
   test_json();

@@ -10,7 +10,9 @@ token thresholds stay as built) and only training rows:
 
 - ``pool``: the model's validation rows plus training rows neither its fine-tuning nor ``make_dynamic``'s training
   used (``edgenlp.dynamic.api.split_rows``'s bookkeeping), up to ``--pool-rows``;
-- ``check``: ``--check-rows`` of the pool, set aside; never used to choose;
+- ``check``: ``--check-rows`` of the pool, set aside; never used to choose the exit threshold. They may include the
+  model's own validation rows (a sixth of them with the defaults), on which its token scale was chosen: with token
+  pruning on, the drop on the check rows is, if anything, optimistic;
 - ``--draws`` calibration sets of ``--calib-rows`` rows from the rest of the pool. On each, the threshold is chosen for
   every margin in ``--margins`` (``edgenlp.dynamic.calibrate.choose``, drop and SE paired against the static model,
   as ``make_dynamic`` does), then scored on the check rows: its drop there, and its FLOPs.
@@ -161,7 +163,9 @@ def describe(doc: dict) -> str:
             f"against the static model. {doc['draws']} calibration sets of {doc['calib_rows']} training rows each "
             f"choose the threshold with `drop + k x SE <= max_drop`; {doc['check_rows']} other training rows (unseen "
             "by the fine-tuning, the dynamic training and every calibration set) score it. Where no threshold fits, "
-            "the most accurate one is taken.")
+            "the most accurate one is taken."
+            + (" The check rows may include the model's own validation rows, on which its token scale was chosen, so "
+               "their drop is, if anything, optimistic." if doc["tokens"] != "none" else ""))
 
 
 def markdown(doc: dict) -> str:

@@ -143,6 +143,15 @@ def load_dynamic(model_dir: str | Path, *, base=None) -> DynamicModel:
 # --------------------------------------------------------------------------- data
 
 
+def finetuning_rows(task, info) -> set[int] | None:
+    """The training rows the recipe's last finetune step trained on, when it used a seeded subset (``train_limit``
+    below the split's size); None when it used every row (or the recipe has no finetune step)."""
+    ft = [s for s in info.recipe if s.type == "finetune"]
+    if ft and getattr(ft[-1].config, "train_limit", None) and ft[-1].config.train_limit < len(task.train):
+        return set(task.train.sample_indices(ft[-1].config.train_limit, seed=ft[-1].config.subset_seed))
+    return None
+
+
 def split_rows(task, info, config: DynamicConfig) -> tuple[list[int], list[int], dict]:
     """(training rows, validation rows, what was done): both carved from ``task.train``, never from dev.
 
@@ -158,10 +167,7 @@ def split_rows(task, info, config: DynamicConfig) -> tuple[list[int], list[int],
     n = len(task.train)
     if config.val_rows >= n:
         raise EdgeNLPError(f"--val-rows {config.val_rows} leaves no training rows (the task has {n})")
-    ft = [s for s in info.recipe if s.type == "finetune"]
-    seen = None
-    if ft and getattr(ft[-1].config, "train_limit", None) and ft[-1].config.train_limit < n:
-        seen = set(task.train.sample_indices(ft[-1].config.train_limit, seed=ft[-1].config.subset_seed))
+    seen = finetuning_rows(task, info)
     rng = random.Random(config.seed)
     eligible = list(range(n))
     if config.val_min_words:

@@ -45,15 +45,13 @@ def pool_rows(task, info, cfg, limit: int, seed: int) -> tuple[list[int], dict]:
     """The model's validation rows, then training rows unseen by its fine-tuning and by make_dynamic's training."""
     import random
 
-    from edgenlp.dynamic.api import split_rows
+    from edgenlp.dynamic.api import finetuning_rows, split_rows
 
     train, val, note = split_rows(task, info, cfg)
-    ft = [s for s in info.recipe if s.type == "finetune"]
-    seen = set(train) | set(val)
-    if ft and getattr(ft[-1].config, "train_limit", None):
-        seen |= set(task.train.sample_indices(ft[-1].config.train_limit, seed=ft[-1].config.subset_seed))
-    else:
+    tuned = finetuning_rows(task, info)
+    if tuned is None:
         raise SystemExit("error: the fine-tuning used every training row: no unseen rows to check on")
+    seen = set(train) | set(val) | tuned
     extra = [i for i in range(len(task.train)) if i not in seen and len(task.train.texts[i].split()) >= cfg.val_min_words]
     random.Random(seed).shuffle(extra)
     rows = list(val) + extra[: max(0, limit - len(val))]

@@ -52,7 +52,8 @@ class ExportConfig(Config):
     formats: tuple[str, ...] = knob(FORMATS, choices=FORMATS, help="Formats to lower to.")
     max_seq_len: int = knob(128, help="Maximum sequence length the bundle accepts.")
     buckets: tuple[int, ...] | None = knob(None, help="ExecuTorch sequence buckets, e.g. 16,32,64,128 "
-                                                      "(default: powers of two up to the maximum length).")
+                                                      "(default: powers of two up to the maximum length; a dynamic "
+                                                      "model that prunes tokens also gets every max/8 from 64).")
     parity_tolerance: float | None = knob(None, help="Max |logit diff| vs the parity reference; export fails above it "
                                                      f"(default: the model's parity policy, {FP32_PARITY.tolerance:g} for fp32).")
     parity_samples: int = knob(32, help="Sentences the parity check compares.")
@@ -414,7 +415,8 @@ def export_bundle(
     plan = None if dynamic else sparse_plan(steps)
     sparse_ops: dict[str, dict] | None = None
     pool = list(sample_texts or (task.dev.texts[:PARITY_POOL] if task else FALLBACK_SENTENCES))
-    buckets = config.resolved_buckets if "pte" in config.formats else (config.max_seq_len,)
+    pte_buckets = config.buckets or seg.default_buckets(model, config.max_seq_len)
+    buckets = pte_buckets if "pte" in config.formats else (config.max_seq_len,)
     texts = parity_texts(pool, tokenizer, buckets=buckets, samples=config.parity_samples)
     seconds: dict[str, float] = {}
     artifacts: dict[str, dict] = {}
@@ -425,16 +427,16 @@ def export_bundle(
         if "pte" in config.formats:
             from edgenlp.export.executorch import to_pte
 
-            log.info("lowering to ExecuTorch (buckets %s)", config.resolved_buckets)
+            log.info("lowering to ExecuTorch (buckets %s)", pte_buckets)
             if dynamic:
-                dpte = seg.to_pte_dynamic(model, buckets=config.resolved_buckets, processes=config.lower_processes)
+                dpte = seg.to_pte_dynamic(model, buckets=pte_buckets, processes=config.lower_processes)
                 res = dpte.static
             else:
                 pte_model = model
                 if plan is not None:  # block-sparse linears run edgenlp's sparse ops (edgenlp.sparse)
                     pte_model, sparse_ops = to_sparse_ops(model, plan)
                     policy = _sparse_rounding(policy, sparse_ops)
-                res = to_pte(pte_model, buckets=config.resolved_buckets, processes=config.lower_processes)
+                res = to_pte(pte_model, buckets=pte_buckets, processes=config.lower_processes)
             (tmp / "model.pte").write_bytes(res.buffer)
             artifacts["pte"] = {"file": "model.pte", **res.manifest_entry()}
             seconds["pte"] = res.seconds
@@ -498,7 +500,7 @@ def export_bundle(
             "artifacts": artifacts,
             "applied": recipe_to_list((*steps, Step("export", config))),
             **({"quantization": _quantization_entry(quant)} if quant is not None else {}),
-            **({"dynamic": seg.manifest_entry(model, buckets=config.resolved_buckets, pte=dpte, onnx=donnx)} if dynamic else {}),
+            **({"dynamic": seg.manifest_entry(model, buckets=pte_buckets, pte=dpte, onnx=donnx)} if dynamic else {}),
             **({"sparse": _sparse_entry(plan, sparse_ops, config.formats)} if plan is not None else {}),
             "parity": {},
             "export": {"config": config.to_dict(), "seconds": {k: round(v, 2) for k, v in seconds.items()},
@@ -515,7 +517,7 @@ def export_bundle(
                                           max_len=config.max_seq_len, tolerance=config.parity_tolerance,
                                           runner_factory=runner_factory or (seg.static_runner if dynamic else None),
                                           id_map=vocab_map,
-                                          buckets=config.resolved_buckets if "pte" in config.formats else None,
+                                          buckets=pte_buckets if "pte" in config.formats else None,
                                           timings=stages)
         failures = [_failure(rt, p) for rt, p in manifest["parity"].items() if not p["passed"]]
         if dynamic:

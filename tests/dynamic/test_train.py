@@ -451,3 +451,24 @@ def test_token_scale_keeps_margin_se_standard_errors_to_spare(monkeypatch):
     assert 0.75 <= scale < 1.0, scale
     at_one = next(c for c in curve if c["scale"] == 1.0)
     assert at_one["drop"] == pytest.approx(2.0) and at_one["drop_se"] == pytest.approx(100 * np.sqrt(0.02 * 0.98 / rows))
+
+
+def test_token_pruning_models_get_finer_default_buckets():
+    """Exported without --buckets, a model that prunes tokens gets every max/8 from 64 (its re-padded lengths land
+    between powers of two); exits alone and static models keep the powers of two; explicit buckets win."""
+    from edgenlp.dynamic.model import DynamicModel, ExitHead
+    from edgenlp.dynamic.spec import DynamicSpec
+    from edgenlp.export.segments import default_buckets
+    from edgenlp.models.encoder import EncoderClassifier, EncoderShape
+
+    shape = EncoderShape(family="bert", vocab_size=100, hidden=32, heads=(2, 2), head_dim=16, ffn=(64, 64),
+                         max_positions=512)
+    model = EncoderClassifier(shape, 2, labels=("neg", "pos")).init_weights(std=0.2, seed=1).eval()
+    ltp = DynamicModel(model, DynamicSpec(num_layers=2, exits=(1, 2), threshold=0.9, tokens="ltp", token_layers=(1,),
+                                          token_thresholds=(0.1, None)), {1: ExitHead.like(model)})
+    exits = DynamicModel(model, DynamicSpec(num_layers=2, exits=(1, 2), threshold=0.9), {1: ExitHead.like(model)})
+    assert default_buckets(ltp, 128) == (16, 32, 64, 80, 96, 112, 128)
+    assert default_buckets(ltp, 256) == (16, 32, 64, 96, 128, 160, 192, 224, 256)
+    assert default_buckets(ltp, 64) == (16, 32, 64)
+    assert default_buckets(exits, 128) == (16, 32, 64, 128)
+    assert default_buckets(model, 128) == (16, 32, 64, 128)

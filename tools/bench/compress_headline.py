@@ -148,7 +148,8 @@ def markdown(r: dict) -> str:
                   "No candidate was predicted to meet X, the size budget and the accuracy bound together, so both ends were "
                   "compressed for real with the same fine-tuned model, each within the size budget: at the accuracy end the "
                   "candidate predicted fastest within the accuracy bound (or, if none is, the one predicted most accurate), at the "
-                  "latency end the one predicted most accurate within X (accuracy unlimited).", ""]
+                  "latency end the one predicted most accurate within X (accuracy unlimited; static, `--dynamic off`: exits "
+                  "calibrated to an unlimited drop would stop every sentence at the first layer).", ""]
         for key, title in (("fastest_within_drop", "The accuracy end"),
                            ("most_accurate_within_x", f"The latency end (X = {f(r['latency_budget_ms'])} ms)")):
             point = fr.get(key)
@@ -244,9 +245,13 @@ def main(argv: list[str] | None = None) -> int:
             d = args.workdir / f"run-{key}"
             if not (d / "finetune").exists():
                 d.mkdir(parents=True, exist_ok=True)
-                for stage in ("finetune", "baseline"):
-                    shutil.copytree(run_dir / stage, d / stage)
-            fcfg = CompressConfig(**{**base_cfg, "max_drop": point["max_drop"]}, latency_ms=point["latency_ms"],
+                # the exits stage is reused where its inputs match (its budget follows --max-drop)
+                for stage in ("finetune", "baseline", "exits"):
+                    if (run_dir / stage).exists():
+                        shutil.copytree(run_dir / stage, d / stage)
+            # the accuracy-unlimited end runs static: exits calibrated to an unlimited drop stop everything at layer 1
+            dynamic = {"dynamic": "off"} if point["max_drop"] > args.max_drop else {}
+            fcfg = CompressConfig(**{**base_cfg, "max_drop": point["max_drop"], **dynamic}, latency_ms=point["latency_ms"],
                                   size_mb=None if size_budget is None else round(size_budget, 3))
             point["compress"] = run_compress(fcfg, d, args)
             if point["compress"].get("passed"):

@@ -85,18 +85,23 @@ def setting_text(s: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in s.items()) or "the preset as it is"
 
 
+def rows_tuned(r: dict) -> int:
+    """Rows the fine-tuning drew its batches from: the seeded subset, or every training row outside validation."""
+    return min(r["train_limit"] or r["train_rows"], r["train_rows"])
+
+
 def markdown(doc: dict) -> str:
     lines = ["# The quick preset's fine-tuning stage", "",
              f"`compress --preset quick`'s fine-tune stage per task, with the setting's budget in place of the preset's; "
              f"{doc['threads']} torch threads, runs one after another. Validation = rows held out of the training split "
              f"(what a setting is chosen on); dev is reported only. Target: dev ≥ {TARGETS['sst2']:g}% on SST-2 and "
              f"≥ {TARGETS['banking77']:g}% on banking77 within {BUDGET_S // 60} minutes.", "",
-             "| task | setting | method | steps | training rows | wall s | validation acc (%) | dev acc (%) | target |",
+             "| task | setting | method | steps | rows tuned on | wall s | validation acc (%) | dev acc (%) | target |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for r in doc["runs"]:
         t = TARGETS.get(r["task"])
         met = "n/a" if t is None else ("met" if r["dev_accuracy"] >= t and r["within_budget"] else "not met")
-        lines.append(f"| {r['task']} | {setting_text(r['setting'])} | {r['method']} | {r['steps']} | {r['train_rows']} | "
+        lines.append(f"| {r['task']} | {setting_text(r['setting'])} | {r['method']} | {r['steps']} | {rows_tuned(r)} | "
                      f"{r['wall_s']:.0f} | {r['val_accuracy']} | {r['dev_accuracy']:.2f} | {met} |")
     if doc.get("note"):
         lines += ["", doc["note"]]

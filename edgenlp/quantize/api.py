@@ -85,7 +85,7 @@ def quantize_model(model, info, config: QuantizeConfig, *, task=None, tokenizer=
     except ValueError as exc:
         raise EdgeNLPError(str(exc)) from None
     for f in fallbacks:
-        log.warning("int4 fallback: %s", f)
+        log.warning("quantization fallback: %s", f)
     resolved = dataclasses.replace(config, layer_bits=tuple(bits.items()))
     nbytes = weight_bytes(source, bits, group_size=config.group_size, embeddings=config.embeddings)
     result: dict = {"fallbacks": list(fallbacks), "predicted_weight_bytes": nbytes}

@@ -8,7 +8,8 @@ The schemes use torchao's quantized tensor subclasses, which both run eagerly
   weights (XNNPACK ``Fully Connected (NC, QD8, F32, QC8W)``);
 - int4 linear: the same with ``int4`` weights in groups of ``group_size``
   input features (XNNPACK blockwise ``QB4W``); a layer whose in-features the
-  group does not divide falls back to int8 and the fallback is recorded;
+  group does not divide falls back to int8 and the fallback is recorded; a
+  linear with a single input feature (pruned to one FFN neuron) stays fp32;
 - word embeddings: ``IntxWeightOnlyConfig`` per row (one scale per token),
   which ExecuTorch's quant-fusion pass turns into
   ``quantized_decomposed::embedding_byte`` / ``embedding_4bit``.
@@ -30,6 +31,9 @@ from edgenlp.models.families import LAYER_LINEARS
 log = logging.getLogger(__name__)
 
 WORD_EMBEDDING = "embeddings.word"
+# torchao's per-channel weight quantization fails on a linear with one input feature (its scale reshape); structured
+# pruning can leave one FFN neuron in a layer (ffn_out: [hidden, 1])
+MIN_QUANT_IN_FEATURES = 2
 
 
 def linear_names(model) -> tuple[str, ...]:
@@ -53,6 +57,11 @@ def resolve_bits(model, config) -> tuple[dict[str, int], list[str]]:
     bits, fallbacks = {}, []
     for name in names:
         b = config.bits_of(name)
+        if b != 32 and modules[name].in_features < MIN_QUANT_IN_FEATURES:
+            fallbacks.append(f"{name}: in_features {modules[name].in_features} (a layer pruned to one FFN neuron), "
+                             "kept fp32: torchao cannot quantize a single input feature per channel")
+            bits[name] = 32
+            continue
         if b == 4 and modules[name].in_features % config.group_size:
             fallbacks.append(f"{name}: in_features {modules[name].in_features} not divisible by group {config.group_size}, kept int8")
             b = 8

@@ -76,6 +76,31 @@ def test_linear_names_come_from_the_family_table_and_int4_falls_back_per_layer()
         resolve_bits(model, QuantizeConfig(scheme="mixed", layer_bits=(("layers.9.query", 8),)))
 
 
+def test_a_layer_pruned_to_one_ffn_neuron_keeps_that_linear_fp32_and_exports(tmp_path):
+    """Structured pruning can leave one FFN neuron (ffn_out: [hidden, 1]); torchao cannot quantize a single input
+    feature per channel, so that linear stays fp32 (recorded), the rest int8, and the bundle passes parity."""
+    from dataclasses import replace
+
+    from edgenlp.prune.masks import LayerMask, MaskDict
+    from edgenlp.prune.surgery import apply_masks
+
+    model, info = tiny_model()
+    full = MaskDict.full(model.shape)
+    last = full.layers[-1]
+    masks = replace(full, layers=(*full.layers[:-1], LayerMask(last.heads, (3,))))
+    pruned = apply_masks(model, masks)
+    info = replace(info, shape=pruned.shape)
+    assert pruned.shape.ffn[-1] == 1
+    bits, fallbacks = resolve_bits(pruned, QuantizeConfig(scheme="int8"))
+    name = f"layers.{pruned.shape.num_layers - 1}.ffn_out"
+    assert bits[name] == 32 and sum(b == 32 for b in bits.values()) == 1
+    assert any(f.startswith(name) and "kept fp32" in f for f in fallbacks)
+    qmodel, qinfo = quantize_model(pruned, info, QuantizeConfig(scheme="int8"))
+    b = export_bundle(qmodel, qinfo, tmp_path / "b", config=EXPORT)
+    assert b.manifest["quantization"]["linears"][name] == 32
+    assert all(p["passed"] for p in b.manifest["parity"].values())
+
+
 @pytest.mark.parametrize("scheme, embeddings, min_snr", [("int8", None, 20.0), ("int8", "int8", 20.0), ("int4", None, 3.0),
                                                          ("int4", "int4", 3.0)])
 def test_fake_quantized_model_snr_vs_fp32(scheme, embeddings, min_snr):

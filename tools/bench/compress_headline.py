@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         bundles["compressed bundle"] = run_dir / "bundle"
     # 5. when it fails: build both ends of the trade-off for real, so "how far" is measured, not predicted
     if not comp.get("passed") and args.frontier:
-        ends = frontier(probe, ft.path / "model", x_ms=x, size_mb=size_budget, max_drop=args.max_drop, seq_len=args.seq_len,
+        ends = frontier(probe, ft.path / "model", x_ms=x, peer_ms=before[fastest]["median_ms"], size_mb=size_budget, max_drop=args.max_drop, seq_len=args.seq_len,
                         threads=args.threads)
         result["frontier"] = ends
         for key, point in ends.items():
@@ -307,12 +307,14 @@ def run_compress(cfg, run_dir: Path, args) -> dict:
     return comp
 
 
-def frontier(probe, model_dir: Path, *, x_ms: float, size_mb: float | None, max_drop: float, seq_len: int, threads: int) -> dict:
+def frontier(probe, model_dir: Path, *, x_ms: float, peer_ms: float, size_mb: float | None, max_drop: float, seq_len: int, threads: int) -> dict:
     """The two ends of the trade-off the planner saw, within the size budget.
 
     ``fastest_within_drop``: the candidate predicted fastest among those predicted
-    to lose at most ``max_drop`` (compressed with its own predicted latency as
-    the budget); ``most_accurate_within_x``: the candidate with the smallest
+    to lose at most ``max_drop`` (compressed with the fastest peer's time as the
+    latency budget: ``compress`` then builds the fastest candidate it predicts
+    within the bound, and its own prediction as the budget would fail it on the
+    cost model's error); ``most_accurate_within_x``: the candidate with the smallest
     predicted drop among those predicted to run within X (compressed with no
     accuracy limit). Each is then built and measured by ``compress`` itself.
     """
@@ -328,11 +330,12 @@ def frontier(probe, model_dir: Path, *, x_ms: float, size_mb: float | None, max_
     accurate = [c for c in cons if c["predicted_drop"] <= max_drop]
     fast = [c for c in cons if c["predicted_latency_ms"] <= x_ms]
     out: dict = {"fastest_within_drop": None, "most_accurate_within_x": None}
-    if accurate:  # fastest among the accurate ones: compressed with its own predicted latency as the budget
+    if accurate:  # fastest among the accurate ones: compressed with the fastest peer's time as the budget
         c = min(accurate, key=lambda c: (c["predicted_latency_ms"], c["predicted_drop"]))
         out["fastest_within_drop"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),
-                                      "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": round(c["predicted_latency_ms"] * 1.001, 4),
-                                      "max_drop": max_drop, "rule": f"fastest predicted within {max_drop:g} point(s) and the size budget"}
+                                      "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": round(max(c["predicted_latency_ms"] * 1.001, peer_ms), 4),
+                                      "max_drop": max_drop, "rule": f"fastest predicted within {max_drop:g} point(s) and the size budget "
+                                                                    f"(latency budget: the fastest peer's {peer_ms:.2f} ms)"}
     elif cons:  # nothing is predicted within the bound at this size: the most accurate at this size, at any latency
         c = min(cons, key=lambda c: (c["predicted_drop"], c["predicted_latency_ms"]))
         out["fastest_within_drop"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),

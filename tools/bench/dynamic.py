@@ -119,6 +119,11 @@ CASES = {
                                     max_drop=1.0, margin_se=1.0, val_rows=3000, train_limit=1500,
                                     heads=dict(joint=True), reference_case="imdb128-ltp-exits-m1-3k",
                                     target=dict(speedup=2.0, drop=1.0)),
+    # imdb128-ltp-exits-joint's model with export's default buckets for a model that prunes tokens (every 16 from 64)
+    "imdb128-ltp-exits-joint-buckets": dict(task="imdb", seq=128, exits="all", tokens="ltp", max_drop=1.0, margin_se=1.0,
+                                            val_rows=3000, train_limit=1500, heads=dict(joint=True),
+                                            reference_case="imdb128-ltp-exits-m1-3k", model_of="imdb128-ltp-exits-joint",
+                                            target=dict(speedup=2.0, drop=1.0)),
     "imdb256-ltp": dict(task="imdb", seq=256, exits="none", tokens="ltp", max_drop=1.0,
                         margin_se=0.0, val_rows=500, train_limit=1200, target=dict(speedup=2.0, drop=1.0)),
 }

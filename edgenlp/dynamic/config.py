@@ -27,7 +27,10 @@ class DynamicConfig(Config):
     classifier (temperature ``temperature``, plus ``label_weight`` x the
     label loss) with the backbone frozen, so with exits switched off the model
     is exactly the static model; ``joint`` also trains the backbone (with
-    every exit's loss and distillation from the unchanged model).
+    every exit's loss and distillation from the unchanged model), through the
+    hard token pruning when ``tokens`` prunes, so the layers learn to work on
+    the tokens they keep (IMDB at 128 tokens: ``tools/bench/results/dynamic.md``,
+    case imdb128-ltp-exits-joint against imdb128-ltp-exits-m1-3k).
 
     ``tokens``: ``none``; ``ltp`` learns one importance threshold per layer
     with a soft mask (temperature ``token_temperature``, sparsity weight
@@ -107,7 +110,8 @@ class DynamicConfig(Config):
     train_limit: int | None = knob(8000, help="Training rows the exit heads and token thresholds learn from.")
     epochs: float = knob(4.0, help="Exit-head training epochs.")
     lr: float = knob(1e-3, help="Exit-head learning rate.")
-    joint: bool = knob(False, help="Also train the backbone (the static model then changes).")
+    joint: bool = knob(False, help="Also train the backbone, through the hard token pruning where tokens are "
+                                           "pruned (the static model then changes).")
     backbone_lr: float = knob(2e-5, help="Backbone learning rate with --joint.")
     temperature: float = knob(2.0, help="Distillation temperature of the exits.")
     label_weight: float = knob(0.0, help="Weight of the label loss beside distillation.")

@@ -80,6 +80,8 @@ class ExportConfig(Config):
 
     @property
     def resolved_buckets(self) -> tuple[int, ...]:
+        """The buckets of a static model: ``buckets``, else powers of two. ``export_bundle`` asks
+        :func:`edgenlp.export.segments.default_buckets`, which gives a dynamic model that prunes tokens finer ones."""
         from edgenlp.export.executorch import default_buckets
 
         return self.buckets or default_buckets(self.max_seq_len)

@@ -83,8 +83,7 @@ def default_buckets(model, max_seq_len: int) -> tuple[int, ...]:
     from edgenlp.export.executorch import default_buckets as powers_of_two
 
     base = powers_of_two(max_seq_len)
-    spec = getattr(model, "spec", None)
-    if not is_dynamic(model) or spec is None or spec.tokens == "none":
+    if not is_dynamic(model) or model.spec.tokens == "none":
         return base
     step = max(16, max_seq_len // 8)
     finer = range(64 + step, max_seq_len, step)

@@ -247,10 +247,11 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
               "lengths": {"mean": float(np.mean([len(x) for x in ids])), "p90": float(np.percentile([len(x) for x in ids], 90)),
                           "max": int(max(len(x) for x in ids))},
               "load_avg": {"start": la0, "end": la1}, "variants": {}}
+    right: dict[str, np.ndarray] = {}  # the dynamic path's correct rows per variant (the reference case's drop)
     for v, runner in runners.items():
         s, d = preds[f"{v}/static"], preds[f"{v}/dynamic"]
         right_s = np.array([p.logits.argmax() for p in s]) == gold
-        right_d = np.array([p.logits.argmax() for p in d]) == gold
+        right[v] = right_d = np.array([p.logits.argmax() for p in d]) == gold
         acc_s, acc_d = float(right_s.mean()), float(right_d.mean())
         ls, ld = summarize(per_sentence[f"{v}/static"]), summarize(per_sentence[f"{v}/dynamic"])
         ratio = np.array(per_sentence[f"{v}/static"]) / np.array(per_sentence[f"{v}/dynamic"])
@@ -279,13 +280,12 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
             ref = get_runner(work / ref_case / f"bundle-{v}", runtime="executorch", threads=1)
             right_r = np.array([one(ref, x, ref.settings_for(static=True)).logits.argmax() for x in ids]) == gold
             ref.close()
-            right_d = np.array([p.logits.argmax() for p in preds[f"{v}/dynamic"]]) == gold
-            right_s = np.array([p.logits.argmax() for p in preds[f"{v}/static"]]) == gold
-            result["variants"][v]["reference"] = {
+            row = result["variants"][v]
+            row["reference"] = {
                 "case": ref_case, "accuracy": float(right_r.mean()),
-                "static_drop_points": round(100 * float(right_r.mean() - right_s.mean()), 3),
-                "drop_points": round(100 * float(right_r.mean() - right_d.mean()), 3),
-                "drop_se_points": round(paired_se(right_r, right_d), 3)}
+                "static_drop_points": round(100 * (float(right_r.mean()) - row["static"]["accuracy"]), 3),
+                "drop_points": round(100 * (float(right_r.mean()) - row["dynamic"]["accuracy"]), 3),
+                "drop_se_points": round(paired_se(right_r, right[v]), 3)}
             log.info("%s %s: against %s's static bundle: %s", case, v, ref_case, result["variants"][v]["reference"])
     report = json.loads((case_model_dir(work, case, spec) / "dynamic-report.json").read_text())
     result["validation"] = {k: v for k, v in report["validation"].items() if k != "curves"}
@@ -365,7 +365,7 @@ def plot(results: dict, path: Path) -> None:
                             label=f"issue target (≥{t['speedup']}x, ≤{t['drop']} pts)")
             ax.plot([1.0], [0.0], "ks", label="static")
             h = res["variants"][v]
-            se = h["reference"]["drop_se_points"] if "reference" in h else h.get("extra_drop_se_points")
+            se = drop_se_of(h)
             ax.plot([h["speedup_mean"]], [-drop_of(h)], "r*", ms=12,
                     label="calibrated threshold (all measured dev rows)"
                     + (", drop vs the fine-tuned model" if "reference" in h else ""))
@@ -400,6 +400,11 @@ def drop_of(row: dict) -> float:
     """The drop a row is held to: against the fine-tuned model's static bundle where the case names one (joint
     training changed the static path), else against the bundle's own static methods."""
     return row["reference"]["drop_points"] if "reference" in row else row["extra_drop_points"]
+
+
+def drop_se_of(row: dict) -> float | None:
+    """The paired SE of :func:`drop_of` (None in results measured before it was recorded)."""
+    return row["reference"]["drop_se_points"] if "reference" in row else row.get("extra_drop_se_points")
 
 
 def target_text(t: dict) -> str:

@@ -95,10 +95,11 @@ def reconfigure(layer: nn.Module, keep: torch.Tensor) -> tuple[SplitIn, SplitOut
     if not isinstance(ffn_in, nn.Linear) or not isinstance(ffn_out, nn.Linear):
         raise TypeError(f"expected nn.Linear ffn_in/ffn_out, got {type(ffn_in).__name__}/{type(ffn_out).__name__}")
     n = ffn_in.out_features
-    keep = torch.as_tensor(keep, dtype=torch.long)
+    keep = torch.as_tensor(keep, dtype=torch.long).cpu()
     frozen_mask = torch.ones(n, dtype=torch.bool)
     frozen_mask[keep] = False
-    frozen = torch.nonzero(frozen_mask).flatten()
+    # the index sets are worked out on the CPU and live beside the weights (CUDA ones under --device cuda)
+    keep, frozen = keep.to(ffn_in.weight.device), torch.nonzero(frozen_mask).flatten().to(ffn_in.weight.device)
     split_in, split_out = SplitIn(ffn_in, keep, frozen), SplitOut(ffn_out, keep, frozen)
     split_in.register_buffer("order", torch.cat([keep, frozen]), persistent=False)
     layer.ffn_in, layer.ffn_out = split_in, split_out  # same _modules slots: state_dict order is kept

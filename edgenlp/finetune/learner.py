@@ -36,10 +36,12 @@ class LearnerLinear(nn.Module):
         dev, dtype = base_layer.weight.device, base_layer.weight.dtype
         self.learner_p1 = nn.Parameter(torch.empty(base_layer.in_features, self.rank, device=dev, dtype=dtype))
         self.learner_p2 = nn.Parameter(torch.zeros(self.rank, base_layer.out_features, device=dev, dtype=dtype))
-        # LoRA's choice: uniform like nn.Linear's default for the factor that is not zero.
+        # LoRA's choice: uniform like nn.Linear's default for the factor that is not zero. Drawn on the CPU (where
+        # ``generator`` lives) and copied over, so a seed gives the same Learners on every device.
         bound = 1.0 / math.sqrt(base_layer.in_features)
         with torch.no_grad():
-            self.learner_p1.uniform_(-bound, bound, generator=generator)
+            init = torch.empty(base_layer.in_features, self.rank, dtype=dtype).uniform_(-bound, bound, generator=generator)
+            self.learner_p1.copy_(init)
         for p in base_layer.parameters():
             p.requires_grad_(False)
 

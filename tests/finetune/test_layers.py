@@ -117,6 +117,25 @@ def test_far_reconfigured_ffn_equals_original_and_fold_back_restores_layout():
         torch.testing.assert_close(state[k], expect, rtol=0, atol=1e-6, msg=k)
 
 
+def test_far_split_lives_on_the_layers_device():
+    """The split's index buffers follow the FFN's device (a CPU index beside CUDA weights broke FAR on --device cuda);
+    the meta device stands in for a GPU here."""
+    model, _ = tiny_model()
+    layer = model.layers[0].to("meta")
+    split_in, split_out = far.reconfigure(layer, torch.tensor([3, 7]))
+    assert split_in.order.device.type == "meta"
+    assert {p.device.type for p in [*split_in.parameters(), *split_out.parameters()]} == {"meta"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_learners_on_cuda_start_as_on_the_cpu():
+    """A seeded Learner draws the same initial factor on every device (the generator is a CPU one)."""
+    base = nn.Linear(16, 8)
+    cpu = learner.LearnerLinear(base, 4, generator=torch.Generator().manual_seed(3))
+    gpu = learner.LearnerLinear(nn.Linear(16, 8).cuda(), 4, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(gpu.learner_p1.cpu(), cpu.learner_p1.detach(), rtol=0, atol=0)
+
+
 def test_far_scores_rank_by_l1_change():
     w_in, w_out = torch.zeros(4, 3), torch.zeros(3, 4)
     w_in2, w_out2 = w_in.clone(), w_out.clone()

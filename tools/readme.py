@@ -1119,6 +1119,59 @@ def _isa_text(flags) -> str:
     return " ".join(flags) if isinstance(flags, (list, tuple)) else (flags or "not recorded")
 
 
+@section("quick-preset")
+def quick_preset(r: Results) -> str:
+    """The quick preset's fine-tuning budget: CPU wall times (quick-preset.json), 3-seed accuracy (quick-preset-cuda.json)."""
+    import statistics
+
+    from edgenlp.compress.config import PRESETS, finetune_method_for
+
+    cpu, gpu = r("quick-preset"), r("quick-preset-cuda")
+    quick = PRESETS["quick"]
+
+    def key(run):  # steps actually run (a budget past banking77's 3 epochs stops at them); rows: the subset or all
+        return run["task"], run["method"], run["steps"], run["train_limit"] or "all"
+
+    def mean_sd(vals):
+        return f"{statistics.mean(vals):.2f} ± {statistics.stdev(vals):.2f}" if len(vals) > 1 else f"{vals[0]:.2f}"
+
+    groups: dict = {}
+    for run in gpu["runs"]:
+        seeds = groups.setdefault(key(run), {})
+        seeds.setdefault(run["seed"], run)  # a budget past the epochs repeats a setting: one run per seed
+    timed = {key(run): run for run in cpu["runs"]}
+    rows = []
+    for task, classes in (("sst2", 2), ("banking77", 77)):
+        method = finetune_method_for("auto", classes)[0]
+        mine = [(k, list(v.values())) for k, v in groups.items() if k[0] == task]
+        for k, runs in sorted(mine, key=lambda kv: (kv[0][1], kv[0][2], str(kv[0][3]))):
+            _, m, steps, limit = k
+            n = runs[0]["train_rows"]
+            used = "all" if limit == "all" or limit >= n else limit
+            expected = "all" if quick.train_limit is None or quick.train_limit >= n else quick.train_limit
+            now = m == method and steps == quick.steps_for(m) and used == expected
+            old = m == method and steps == 300 and limit == 8000
+            t = timed.get(k)
+            label = " **(the preset now)**" if now else (" (the preset before)" if old else "")
+            rows.append([task, f"{m}{label}", str(steps), "all" if used == "all" else thousands(used),
+                         mean_sd([x["val_accuracy"] for x in runs]), mean_sd([x["dev_accuracy"] for x in runs]),
+                         f"{t['wall_s']:.0f} s; dev {t['dev_accuracy']:.2f}" if t else "–"])
+    tab = table(["task", "method", "steps", "rows tuned on", "validation acc (%)", "dev acc (%)", "CPU: wall, dev (seed 0)"],
+                ["l", "l", "r", "r", "r", "r", "r"], rows)
+    gh, ch = gpu["host"], cpu["host"]
+    return "\n\n".join([paragraph(f"""
+        **The quick preset's fine-tuning budget** (`tools/bench/quick_preset.py`; accuracy
+        `tools/bench/results/quick-preset-cuda.{{md,json}}`, wall time `quick-preset.{{md,json}}`). Target: SST-2 ≥
+        {num(cpu['targets']['sst2'], 0)}% and banking77 ≥ {num(cpu['targets']['banking77'], 0)}% on dev within
+        {cpu['budget_s'] // 60} minutes of a 2-core CPU. Accuracy: 3 seeds per setting on a GPU ({gh.get('written')},
+        torch {gh.get('versions', {}).get('torch')}), validation rows held out of train choosing, dev reporting. Wall
+        time: the whole fine-tune stage (loading, training, evaluation) of seed 0 on {ch.get('cpu_model')}, ISA flags
+        {ch.get('isa_flags')}, 2 threads ({ch.get('written')}; {load_text(ch.get('load_avg_before'))}). The methods are
+        `compress`'s automatic ones (Learner + priming for 2 classes, FAR for more); FAR and full fine-tuning train the
+        word embeddings (16-23M parameters under AdamW against the Learners' 1.4M), so their steps cost more and the
+        preset gives them fewer."""), tab])
+
+
 @section("finetune-learner-ablation")
 def finetune_learner_ablation(r: Results) -> str:
     d = r("learner-ablation")

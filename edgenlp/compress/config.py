@@ -47,6 +47,13 @@ class Preset:
     # block sparsity compress may add (SparsifyConfig knobs, the sparsity aside): the budget the prior's
     # block_sparsity rows were measured at (tools/bench/results/sparsify-accuracy.json); empty: none offered
     sparsify: tuple[tuple[str, object], ...] = ()
+    # fine-tuning method -> its optimizer steps where they differ from max_steps: the same minutes buy fewer steps of
+    # a method that trains the embeddings (full, FAR: AdamW over 16-23M parameters) than of Learners (1.4M)
+    method_steps: tuple[tuple[str, int], ...] = ()
+
+    def steps_for(self, method: str) -> int | None:
+        """The fine-tuning steps ``method`` may spend: its entry in ``method_steps``, else ``max_steps``."""
+        return dict(self.method_steps).get(method, self.max_steps)
 
     def sparsify_config(self, sparsity: float, *, seed: int = 0):
         """The :class:`~edgenlp.prune.config.SparsifyConfig` ``compress`` zeroes ``sparsity`` of the blocks with.
@@ -149,8 +156,17 @@ _SPARSIFY = (("block", "1x4"), ("max_steps", 250), ("batch_size", 32), ("max_seq
 EXITS_SHARE_OF_DROP = 0.5
 EXITS_MIN_ROWS = 50  # fewer training rows than this: no exits are offered (nothing to calibrate a threshold on)
 
+# The quick preset's fine-tuning: what fits 8 minutes of a 2-core CPU (model loading and evaluation included) and
+# reaches SST-2 >= 86% and banking77 >= 89% (tools/bench/results/quick-preset.md: CPU wall times; quick-preset-cuda.md:
+# 3 seeds per setting, chosen on validation rows held out of train). Learner + priming, 800 steps of 32 on a seeded
+# 25,600-row subset: SST-2 validation 90.17 +- 0.51 (300 steps on 8,000 rows: 87.53 +- 0.97), 432 s on the CPU. FAR
+# and full fine-tuning step at ~0.75 s there (Learners ~0.45 s): 500 steps, banking77 validation 90.82 +- 1.53 with
+# FAR (300 steps on 8,000 rows: 87.33 +- 0.30; 762 steps ran ~10 minutes).
+_QUICK_FINETUNE = {"train_limit": 25600, "max_steps": 800, "priming_steps": 100,
+                   "method_steps": (("far", 500), ("full", 500))}
+
 PRESETS: dict[str, Preset] = {
-    "quick": Preset("quick", train_limit=8000, max_steps=300, priming_steps=100, finetune_seq_len=64,
+    "quick": Preset("quick", **_QUICK_FINETUNE, finetune_seq_len=64,
                     prune_methods=("fast",), prune_samples=512, prune_epochs=None,
                     schemes=("fp32", "int8", "int4"), profile_runs=20, prune_budgets=(_FAST, _IMPORTANCE),
                     recovery=_RECOVERY, exits=_EXITS_QUICK, sparsify=_SPARSIFY),

@@ -118,7 +118,7 @@ def finetune_config(config: CompressConfig, preset: Preset, num_classes: int):
     if method == "learner" and preset.priming_steps is not None:
         learner = LearnerConfig(priming_steps=preset.priming_steps)
     return FinetuneConfig(method=method, epochs=None,
-                          max_steps=preset.max_steps, train_limit=preset.train_limit, seed=config.seed,
+                          max_steps=preset.steps_for(method), train_limit=preset.train_limit, seed=config.seed,
                           max_seq_len=preset.finetune_seq_len, learner=learner)
 
 

@@ -16,7 +16,7 @@ from edgenlp.compress.pipeline import STAGES, compress
 @pytest.fixture
 def quick_tiny(monkeypatch):
     """The quick preset scaled to a 4-row task (a few steps, few timed runs)."""
-    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=12, train_limit=None, priming_steps=4,
+    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=12, method_steps=(), train_limit=None, priming_steps=4,
                                 prune_samples=8, profile_runs=2)
     monkeypatch.setitem(compress_config.PRESETS, "quick", small)
     # Two sequence buckets per bundle, the budgets' 32 and the longest: each bucket is one more XNNPACK lowering

@@ -14,7 +14,7 @@ from edgenlp.compress.config import CompressConfig
 @pytest.fixture
 def quick_tiny(monkeypatch):
     """The quick preset scaled to an 80-row task: a short fine-tune, exits on 60 rows calibrated on 16."""
-    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=30, train_limit=None, priming_steps=5,
+    small = dataclasses.replace(compress_config.PRESETS["quick"], max_steps=30, method_steps=(), train_limit=None, priming_steps=5,
                                 prune_samples=8, profile_runs=2,
                                 recovery=(("train_limit", 64), ("epochs", 1.0), ("max_steps", 2), ("max_seq_len", 32)),
                                 exits=(("train_limit", 60), ("val_rows", 16), ("max_seq_len", 32)))

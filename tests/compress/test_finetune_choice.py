@@ -44,3 +44,28 @@ def test_each_rule_rests_on_the_numbers_it_quotes():
         best = max(m for m, _ in quoted.values())
         assert quoted[rule.method][0] >= best - 1.0, rule
     assert FINETUNE_RULES[-1].max_classes is None  # every task gets a rule
+
+
+def test_the_quick_preset_prices_fine_tuning_steps_per_method():
+    """Methods that train the embeddings get fewer steps in the quick preset's minutes than Learners do, and the
+    fine-tune stage asks for exactly the preset's steps of the method it runs."""
+    quick = PRESETS["quick"]
+    assert quick.steps_for("far") < quick.steps_for("learner") == quick.max_steps
+    assert quick.steps_for("full") == quick.steps_for("far")
+    assert finetune_config(CompressConfig(), quick, 77).max_steps == quick.steps_for("far")
+    assert finetune_config(CompressConfig(), quick, 2).max_steps == quick.steps_for("learner")
+    assert finetune_config(CompressConfig(finetune_method="full"), quick, 2).max_steps == quick.steps_for("full")
+    full = PRESETS["full"]
+    assert full.steps_for("far") is None and full.steps_for("learner") is None  # the library's own schedule
+
+
+def test_the_quick_presets_fine_tuning_budget_is_the_one_its_benchmark_measured():
+    """The steps and rows in the preset are a setting tools/bench/quick_preset.py ran on a CPU within 8 minutes."""
+    doc = json.loads((RESULTS / "quick-preset.json").read_text())
+    quick = PRESETS["quick"]
+    for task, method in (("sst2", "learner"), ("banking77", "far")):
+        runs = [r for r in doc["runs"] if r["task"] == task and r["method"] == method
+                and r["max_steps"] == quick.steps_for(method) and r["priming_steps"] == quick.priming_steps
+                and r["train_limit"] in (quick.train_limit, None) and r["device"] == "cpu"]
+        assert runs, (task, method)
+        assert all(r["wall_s"] <= doc["budget_s"] for r in runs), runs

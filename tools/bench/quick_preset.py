@@ -27,6 +27,7 @@ Writes ``<out>.json`` and ``<out>.md`` with the CPU's ISA flags.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import shutil
 import statistics
@@ -70,6 +71,8 @@ def run_one(task: str, setting: dict, *, workdir: Path, data_dir, seed: int, dev
     c = Compressor(cfg, workdir, data_dir=data_dir, device=device, progress=False, echo=lambda m: log.info("%s", m))
     names = {"steps": "max_steps", "rows": "train_limit", "priming": "priming_steps"}
     overrides = {names[k]: v for k, v in setting.items() if k in names}
+    if "steps" in setting:
+        overrides["method_steps"] = ()  # the setting's steps, whatever the method
     c.preset = replace(c.preset, **overrides)
     t0 = time.perf_counter()
     rec = c.finetune()
@@ -77,7 +80,7 @@ def run_one(task: str, setting: dict, *, workdir: Path, data_dir, seed: int, dev
     r = rec.result
     return {"task": task, "setting": setting, "seed": seed, "method": r.get("method"), "steps": r.get("steps"),
             "train_rows": r.get("train_rows"), "val_rows": r.get("val_rows"),
-            "train_limit": c.preset.train_limit, "max_steps": c.preset.max_steps, "priming_steps": c.preset.priming_steps,
+            "train_limit": c.preset.train_limit, "max_steps": c.preset.steps_for(r.get("method")), "priming_steps": c.preset.priming_steps,
             "val_accuracy": round(100 * float(r["val"]["accuracy"]), 2) if r.get("val") else None,
             "dev_accuracy": round(100 * float(r["dev"]["accuracy"]), 2), "wall_s": round(wall, 1),
             "device": device, "within_budget": wall <= BUDGET_S if device == "cpu" else None}
@@ -131,6 +134,23 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def merge(parts: list[Path], out: Path, note: str) -> None:
+    """One results file from several runs of this script (the parallel processes of one GPU sweep): the runs in
+    order, every part's host block kept, the first one's in the markdown's host line."""
+    from edgenlp.utils import atomic_write_json, atomic_write_text
+
+    docs = [json.loads(p.read_text()) for p in parts]
+    devices = {d.get("device", "cpu") for d in docs}
+    if len(devices) != 1:
+        raise SystemExit(f"error: the parts ran on different devices ({sorted(devices)}); merge one device's runs")
+    doc = {**{k: v for k, v in docs[0].items() if k not in ("runs", "host")}, "note": note,
+           "runs": [r for d in docs for r in d["runs"]], "parts": [{"file": p.name, "host": d["host"]} for p, d in
+                                                                   zip(parts, docs)], "host": docs[0]["host"]}
+    atomic_write_json(out.with_name(out.name + ".json"), doc)
+    atomic_write_text(out.with_name(out.name + ".md"), markdown(doc).rstrip("\n") + "\n\n" + Results.host_line(doc["host"])
+                      + f" Merged from {len(parts)} results files (`--merge`; the note says how they ran).\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="+", default=["sst2", "banking77"])
@@ -142,9 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/quick-preset"))
     ap.add_argument("--note", default="")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None,
+                    help="Instead of running: merge these results files (.json) of one device into --out.")
     ap.add_argument("--out", type=Path, default=RESULTS / "quick-preset")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.merge:
+        merge(args.merge, args.out, args.note)
+        return 0
     import torch
 
     torch.set_num_threads(args.threads)

@@ -14,12 +14,17 @@ the one a setting is chosen on) and the dev accuracy (reported only). Runs are
 sequential, in this process, with ``--threads`` torch threads.
 
 Settings: ``preset`` (the preset as it is) or ``key=value`` pairs separated by
-commas: ``steps`` (optimizer steps), ``rows`` (training subset), ``priming``
+commas: ``steps`` (optimizer steps), ``rows`` (training subset, or ``all``), ``priming``
 (Learner priming steps), ``method`` (full, learner, far; default: the preset's
 rule for the task)::
 
     python tools/bench/quick_preset.py --tasks sst2 banking77 \\
-        --settings preset steps=800,rows=25600 steps=800,rows=25600,method=full
+        --settings preset steps=800,rows=25600 steps=500,rows=all,method=full
+
+``--seeds 0 1 2`` runs every setting per seed. ``--device cuda`` measures accuracy only (the wall time a setting
+costs is a 2-core CPU's question), for instance several processes side by side on one GPU, each with its own
+``--out``; ``--merge A.json B.json ... --out STEM`` then makes them one results file
+(``results/quick-preset-cuda``).
 
 Writes ``<out>.json`` and ``<out>.md`` with the CPU's ISA flags.
 """
@@ -98,7 +103,7 @@ def rows_tuned(r: dict) -> int:
 def markdown(doc: dict) -> str:
     lines = ["# The quick preset's fine-tuning stage", "",
              f"`compress --preset quick`'s fine-tune stage per task, with the setting's budget in place of the preset's; "
-             f"{doc['threads']} torch threads, runs one after another, on {doc.get('device', 'cpu')}. Validation = rows "
+             f"{doc['threads']} torch threads per run, on {doc.get('device', 'cpu')}. Validation = rows "
              f"held out of the training split (what a setting is chosen on); dev is reported only. Target: dev ≥ "
              f"{TARGETS['sst2']:g}% on SST-2 and ≥ {TARGETS['banking77']:g}% on banking77 within {BUDGET_S // 60} minutes "
              "of a 2-core CPU (on cuda the accuracy is measured, the time is not judged).", "",

@@ -272,6 +272,12 @@ def compress_row(r: Results, task: str, target: str) -> dict:
     raise MissingResults(f"compress.json has no {task}/{target} row")
 
 
+def ft_budget(mj: dict) -> str:
+    """`` (800 steps)`` when the main job's record says how many fine-tuning steps it ran (records since 2026-11-28)."""
+    steps = (mj.get("finetune") or {}).get("steps")
+    return f" ({steps} steps)" if steps else ""
+
+
 @section("main-job")
 def main_job(r: Results) -> str:
     d = r("compress")
@@ -285,7 +291,8 @@ def main_job(r: Results) -> str:
         Measured as the `sst2/pixel-7` run of `tools/bench/compress.py` ({d['date']}; `tools/bench/results/compress.json`).
         {host(d)} Run notes: {d['note']} The stage times are therefore upper bounds:""")
     rows = [
-        ["fine-tune (Learner + priming, 300 steps × 32, length 64)", f"{st['finetune']:.0f} s; SST-2 dev {pct(acc['reference'])}%"],
+        ["fine-tune (Learner + priming, length 64; that run's quick preset: 300 steps × 32 on 8,000 rows)",
+         f"{st['finetune']:.0f} s; SST-2 dev {pct(acc['reference'])}%"],
         [f"baseline host profile (fp32, seq {b['seq_len']}, {b['threads']} threads)", f"{st['baseline']:.0f} s"],
         ["plan", f"{candidate_text(row['chosen'])} (predicted {num(lat['predicted'])} ms on the Pixel 7 at {b['threads']} threads{est}; "
                  f"{num(size['predicted'])} MB)"],
@@ -306,7 +313,7 @@ def main_job(r: Results) -> str:
         out += "\n\n" + paragraph(f"""
             The same job in the fresh clone above ({fc['date']}, commit {fc['commit'][:12]}), with measured planning
             (`--measure 2`, the default): fine-tuned with `{mj['finetune']['method']}` on the training split less
-            {mj['val_rows']} validation rows; built and measured on validation {built}; chose
+            {mj['val_rows']} validation rows{ft_budget(mj)} in {mj['stage_seconds']['finetune']:.0f} s; built and measured on validation {built}; chose
             {candidate_text(mj['chosen'])} ({mj['measured_why']}): SST-2 dev **{pct(mj['dev_accuracy'])}%** against
             {pct(mj['dev_reference'])}% uncompressed ({drop(mj['drop_points'])} points), {num(mj['size_mb'])} MB, **{num(mj['host_speedup'])}×** the uncompressed model on the
             host, {minsec(mj['wall_s'])} in all (`fresh-clone.json`, `main_job`).""")
@@ -1117,6 +1124,26 @@ def finetune_3epochs(r: Results) -> str:
 
 def _isa_text(flags) -> str:
     return " ".join(flags) if isinstance(flags, (list, tuple)) else (flags or "not recorded")
+
+
+@section("joint-check")
+def joint_check(r: Results) -> str:
+    """Frozen backbone against --joint, on training rows neither model saw (tools/bench/joint_check.py)."""
+    d = r("joint-check-imdb128")
+    h = d["host"]
+    rows = [[f"`{Path(m['model']).parent.name}`", "joint" if m["joint"] else "frozen", f"{m['accuracy']:.2f}",
+             f"{m['drop']:.2f} ± {m['drop_se']:.2f}", f"{m['flops_vs_static']:.2f}", f"{m['mean_exit_layer']:.2f}",
+             "–" if i == 0 else f"{signed(m['vs_first'])} ± {m['vs_first_se']:.2f}"]
+            for i, m in enumerate(d["models"])]
+    tab = table(["model", "backbone", "accuracy (%)", "drop ± SE vs the fine-tuned model (pts)", "FLOPs vs static",
+                 "mean exit layer", "vs the first row (pts, paired)"], ["l", "l", "r", "r", "r", "r", "r"], rows)
+    return "\n\n".join([paragraph(f"""
+        **Frozen backbone or `--joint`, judged off dev** (`tools/bench/joint_check.py`,
+        `tools/bench/results/joint-check-imdb128.{{md,json}}`, {h.get('written')}): the two IMDB models above, as built
+        (thresholds included), on {thousands(d['rows'])} training rows that neither the fine-tuning nor either model's
+        exit training or calibration saw; drops paired per row against the fine-tuned model
+        ({d['reference_accuracy']:.2f}% on these rows), eager, length {d['max_seq_len']}. Host: {h.get('cpu_model')},
+        ISA flags {h.get('isa_flags')}."""), tab])
 
 
 @section("quick-preset")

@@ -125,7 +125,8 @@ class AccuracyModel:
         out.measured_candidates = dict(self.measured_candidates)
         for r in rows:
             out.measured_candidates[self.candidate_key(r["candidate"])] = {"drop": float(r["drop"]),
-                                                                         "source": str(r.get("source", "measured"))}
+                                                                         "source": str(r.get("source", "measured")),
+                                                                         "candidate": _candidate_dict(r["candidate"])}
         return out
 
     # ---- rows
@@ -271,13 +272,23 @@ class AccuracyModel:
 
     def explain(self, candidate, *, num_layers: int = 6) -> PriorPoint:
         """The candidate's drop, the worst basis of its parts, and the results files they come from
-        (or the candidate's own measured drop, from :meth:`with_measured_candidates`)."""
-        from edgenlp.targets.costmodel import resolve_mixed
-
+        (or the candidate's own measured drop, from :meth:`with_measured_candidates`); shifted by what candidates
+        pruned alike measured on this task (:meth:`_measured_shift`)."""
         own = self.measured_candidates.get(self.candidate_key(candidate)) if self.measured_candidates else None
         if own is not None:
             return PriorPoint(own["drop"], "measured", (own["source"],), "this candidate, built and measured")
+        point = self._composed(candidate, num_layers=num_layers)
+        shift, why = self._measured_shift(candidate, num_layers=num_layers)
+        if why is None:
+            return point
+        return PriorPoint(point.drop + shift, point.basis, point.sources + ("measured on this task",),
+                          "; ".join(x for x in (point.note, why) if x))
 
+    def _composed(self, candidate, *, num_layers: int = 6) -> PriorPoint:
+        """The drop composed from the prior's parts (pruning, linears, word table, trimming, block sparsity)."""
+        from edgenlp.targets.costmodel import resolve_mixed
+
+        candidate = _as_candidate(candidate)
         bits_ = resolve_mixed(candidate.bits, num_layers)
         per = (bits_,) * num_layers if isinstance(bits_, str) else tuple(bits_)
         bits = [self.bits_point(b) for b in per]
@@ -288,6 +299,38 @@ class AccuracyModel:
         sources = tuple(sorted({s for p in parts + bits for s in p.sources}))
         notes = "; ".join(p.note for p in parts if p.basis != "measured")
         return PriorPoint(drop, basis, sources, notes)
+
+    def _measured_shift(self, candidate, *, num_layers: int = 6) -> tuple[float, str | None]:
+        """How far this task's measured candidates landed from their composed drops, carried to ``candidate``.
+
+        A candidate built and measured on this task (:meth:`with_measured_candidates`) shows how much its pruning
+        costs *this* model, which the prior, measured on other models, only guesses: the pruning dominates the drop
+        and every quantization of one pruned model shares it. So a candidate pruned alike (method, sparsity, block
+        sparsity) takes the mean of their residuals (measured - composed), either sign; one pruned more by the same
+        method takes the residual of the nearest lighter pruning when it is positive (pruning more does not lose
+        less). ``(0.0, None)`` where nothing measured applies.
+        """
+        if not self.measured_candidates:
+            return 0.0, None
+        c = _as_candidate(candidate)
+        key = _pruning_key(c)
+        residuals: dict[tuple, list[float]] = {}
+        for m in self.measured_candidates.values():
+            if "candidate" not in m:
+                continue
+            mc = _as_candidate(m["candidate"])
+            residuals.setdefault(_pruning_key(mc), []).append(m["drop"] - self._composed(mc, num_layers=num_layers).drop)
+        if key in residuals:
+            r = float(np.mean(residuals[key]))
+            return r, f"{r:+.2f} points: candidates pruned alike measured on this task"
+        lighter = [(k, float(np.mean(v))) for k, v in residuals.items()
+                   if k[0] is not None and k[0] == key[0] and k[2] == key[2] and k[1] < key[1]]
+        if not lighter:
+            return 0.0, None
+        k, r = max(lighter, key=lambda kv: kv[0][1])
+        if r <= 0:
+            return 0.0, None
+        return r, f"{r:+.2f} points: {k[0]} {k[1]:.0%}, pruned less, measured on this task"
 
     def drop(self, candidate, *, num_layers: int = 6) -> float:
         return self.explain(candidate, num_layers=num_layers).drop
@@ -346,3 +389,29 @@ def _curve_point(rows: list[dict], key: str, x: float, *, measured: str, about: 
     slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
     return PriorPoint(float(ys[-1] + slope * (x - xs[-1])), "extrapolated", src,
                       f"{about}: extrapolated beyond the last measured {xs[-1]:.0%}")
+
+
+_CANDIDATE_DEFAULTS = {"prune_method": None, "sparsity": 0.0, "bits": "fp32", "embeddings": None, "trim_vocab": False,
+                       "exits": False, "block_sparsity": 0.0}
+
+
+def _candidate_dict(candidate) -> dict:
+    d = candidate.to_dict() if hasattr(candidate, "to_dict") else dict(candidate)
+    return {k: v for k, v in d.items() if k not in ("type", "version")}
+
+
+def _as_candidate(candidate):
+    """A planner ``Candidate`` as it is; a candidate's dict (a measured row) as an object with the same fields."""
+    if hasattr(candidate, "prune_method"):
+        return candidate
+    from types import SimpleNamespace
+
+    d = {**_CANDIDATE_DEFAULTS, **_candidate_dict(candidate)}
+    if isinstance(d["bits"], list):
+        d["bits"] = tuple(d["bits"])
+    return SimpleNamespace(**d)
+
+
+def _pruning_key(c) -> tuple:
+    """What two candidates must share to share a pruned model: method, sparsity, block sparsity."""
+    return (c.prune_method, round(float(c.sparsity or 0.0), 4), round(float(getattr(c, "block_sparsity", 0.0) or 0.0), 4))

@@ -167,3 +167,28 @@ def test_compress_prunes_with_the_budget_the_prior_measured():
                 assert preset.recovery_config(seed=3).budget() == measured["recovery"], (name, method)
             else:
                 assert "recovery" not in measured, (name, method)
+
+
+def test_a_measured_pruning_loss_carries_to_every_candidate_pruned_alike():
+    """The main job's case: fast 50% + int8 + int8 table + trimmed vocabulary measured 1.3 points on a stronger
+    model, where the prior (measured on other models) said 0.80. The next plan must not offer the same pruned model
+    under another quantization at the prior's 0.69, nor more pruning by the same method at less than its own prior
+    plus that residual; other pruning methods and unpruned candidates keep the prior's drop."""
+    from edgenlp.compress.config import PRESETS
+
+    acc = AccuracyModel(budgets=PRESETS["quick"].prune_budget_map())
+    built = Candidate(prune_method="fast", sparsity=0.5, bits="int8", embeddings="int8", trim_vocab=True)
+    alike = Candidate(prune_method="fast", sparsity=0.5, bits="int8", embeddings="int4", trim_vocab=False)
+    more = Candidate(prune_method="fast", sparsity=0.6, bits="int8", embeddings="int8", trim_vocab=True)
+    unpruned = Candidate(bits="int8", embeddings="int8")
+    residual = 1.3 - acc.drop(built)
+    assert residual > 0.4
+    after = acc.with_measured_candidates([{"candidate": built.to_dict(), "drop": 1.3, "source": "validation"}])
+    assert after.drop(built) == pytest.approx(1.3)
+    assert after.drop(alike) == pytest.approx(acc.drop(alike) + residual)
+    assert after.drop(alike) > 1.0 and "pruned alike" in after.explain(alike).note
+    assert after.drop(more) == pytest.approx(acc.drop(more) + residual)
+    assert after.drop(unpruned) == pytest.approx(acc.drop(unpruned))
+    # a pruning that lost less than the prior said: candidates pruned alike come down, heavier pruning does not
+    lucky = acc.with_measured_candidates([{"candidate": built.to_dict(), "drop": 0.1}])
+    assert lucky.drop(alike) < acc.drop(alike) and lucky.drop(more) == pytest.approx(acc.drop(more))

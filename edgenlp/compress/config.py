@@ -225,7 +225,7 @@ class CompressConfig(Config):
     fine-tuned model. ``finetune_method`` is the fine-tuning method of the
     first stage (``auto`` by default: :func:`finetune_method_for`). ``max_attempts`` bounds the
     plan -> build -> verify iterations; ``measure`` is how many of the plan's
-    best candidates each attempt builds and scores on a validation split of
+    candidates each attempt builds (:meth:`edgenlp.targets.planner.Plan.shortlist`) and scores on a validation split of
     the training data (:mod:`edgenlp.compress.measured`). ``objective`` is what the plan
     optimizes within the budgets and the accuracy bound (``latency`` by
     default: :func:`edgenlp.targets.planner.choose`).
@@ -247,8 +247,9 @@ class CompressConfig(Config):
     seed: int = knob(0, help="Seed of every stage.")
     max_attempts: int = knob(3, help="Most plan -> build -> verify iterations.")
     measure: int = knob(2, help="Candidates built and scored on a validation split of the training data per attempt: "
-                                "the plan's best K; the first of them that meets every bound as measured is verified "
-                                "on dev (1: build the plan's choice only).")
+                                "the plan's choice, then the best of each other pruning, then the next best; the first "
+                                "of them that meets every bound as measured is verified on dev (1: build the plan's "
+                                "choice only).")
     objective: str = knob("latency", choices=OBJECTIVES, help=(
         "What the plan optimizes within the budgets and --max-drop: latency (the fastest; candidates within the cost "
         "model's own error tie and the smallest wins), accuracy (the smallest predicted drop) or size."))

@@ -2,7 +2,8 @@
 
 The accuracy prior ranks candidates from other tasks' measurements, so its
 drop is a guess for this model and task. ``compress --measure K`` builds the
-``K`` best candidates of the plan for real (pruned, recovered, quantized and
+``K`` candidates of the plan (its choice, then the best of each other pruning:
+:meth:`edgenlp.targets.planner.Plan.shortlist`) for real (pruned, recovered, quantized and
 lowered, as the final bundle would be), runs each bundle over a validation
 split held out of the training data (never dev), and chooses the first of
 them, in the plan's order, whose measured drop is within ``--max-drop`` and

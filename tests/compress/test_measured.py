@@ -98,9 +98,19 @@ def test_the_shortlist_is_the_plans_ranking(planned):
     # (those share its pruned model, so its measured loss; tests/targets/test_prior.py checks the shift itself)
     second = planned(measure=1, measured=[{"candidate": doc["chosen"], "drop": 50.0}])
     pruning = lambda c: (c.get("prune_method"), c.get("sparsity", 0.0), c.get("block_sparsity", 0.0))  # noqa: E731
-    assert pruning(second["chosen"]) != pruning(doc["chosen"])
-    ranked = [p["candidate"] for p in planned(measure=len(doc["considered"]))["shortlist"]]
-    assert second["chosen"] == next(c for c in ranked if pruning(c) != pruning(doc["chosen"]))
+    assert pruning(second["chosen"]) != pruning(doc["chosen"]) and second["chosen"] == short[1]["candidate"]
+
+
+def test_the_shortlist_tries_another_pruning_before_another_quantization(planned):
+    """Slot 2 holds the best-ranked candidate pruned otherwise than slot 1 (they share no pruned model), and the
+    shortlist's prunings come in rank order before any pruning repeats."""
+    pruning = lambda c: (c.get("prune_method"), c.get("sparsity", 0.0), c.get("block_sparsity", 0.0))  # noqa: E731
+    doc = planned(measure=4)
+    short = [p["candidate"] for p in doc["shortlist"]]
+    keys = [pruning(c) for c in short]
+    distinct = len({pruning(p["candidate"]) for p in doc["considered"] if p["fits"]})
+    assert len(set(keys[: min(4, distinct)])) == min(4, distinct), short
+    assert distinct >= 2 and keys[0] != keys[1]
 
 
 def test_a_measured_drop_replaces_the_priors_for_that_candidate(planned):

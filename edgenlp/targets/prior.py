@@ -308,7 +308,8 @@ class AccuracyModel:
         and every quantization of one pruned model shares it. So a candidate pruned alike (method, sparsity, block
         sparsity) takes the mean of their residuals (measured - composed), either sign; one pruned more by the same
         method takes the residual of the nearest lighter pruning when it is positive (pruning more does not lose
-        less). ``(0.0, None)`` where nothing measured applies.
+        less). Only static measurements count (the planner adds an exits candidate's own loss to its static drop).
+        ``(0.0, None)`` where nothing measured applies.
         """
         if not self.measured_candidates:
             return 0.0, None
@@ -316,8 +317,8 @@ class AccuracyModel:
         key = _pruning_key(c)
         residuals: dict[tuple, list[float]] = {}
         for m in self.measured_candidates.values():
-            if "candidate" not in m:
-                continue
+            if "candidate" not in m or m["candidate"].get("exits"):
+                continue  # an exits candidate's drop holds the exits' loss too, which the composed drop leaves out
             mc = _as_candidate(m["candidate"])
             residuals.setdefault(_pruning_key(mc), []).append(m["drop"] - self._composed(mc, num_layers=num_layers).drop)
         if key in residuals:

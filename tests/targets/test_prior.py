@@ -192,3 +192,6 @@ def test_a_measured_pruning_loss_carries_to_every_candidate_pruned_alike():
     # a pruning that lost less than the prior said: candidates pruned alike come down, heavier pruning does not
     lucky = acc.with_measured_candidates([{"candidate": built.to_dict(), "drop": 0.1}])
     assert lucky.drop(alike) < acc.drop(alike) and lucky.drop(more) == pytest.approx(acc.drop(more))
+    # an exits candidate's measured drop includes the exits' own loss: it moves no static candidate
+    with_exits = {**built.to_dict(), "exits": True}
+    assert acc.with_measured_candidates([{"candidate": with_exits, "drop": 3.0}]).drop(alike) == pytest.approx(acc.drop(alike))

@@ -161,7 +161,7 @@ EXITS_MIN_ROWS = 50  # fewer training rows than this: no exits are offered (noth
 # 3 seeds per setting, chosen on validation rows held out of train). Learner + priming, 800 steps of 32 on a seeded
 # 25,600-row subset: SST-2 validation 90.17 +- 0.51 (300 steps on 8,000 rows: 87.53 +- 0.97), 432 s on the CPU. FAR
 # and full fine-tuning step at ~0.75 s there (Learners ~0.45 s): 500 steps, banking77 validation 90.82 +- 1.53 with
-# FAR (300 steps on 8,000 rows: 87.33 +- 0.30; 762 steps ran ~10 minutes).
+# FAR (300 steps on 8,000 rows: 87.33 +- 0.30; its 3 epochs, 762 steps, would take ~10 minutes: epoch 1 alone took 193 s).
 _QUICK_FINETUNE = {"train_limit": 25600, "max_steps": 800, "priming_steps": 100,
                    "method_steps": (("far", 500), ("full", 500))}
 

@@ -36,7 +36,7 @@ from edgenlp.models.encoder import EncoderShape
 from edgenlp.sparse.convert import MIN_SPARSITY
 from edgenlp.targets.budget_message import closest_message
 from edgenlp.targets.costmodel import MINILM_L6, MIXED, Prediction, layer_bits, resolve_mixed
-from edgenlp.targets.prior import AccuracyModel, PriorPoint
+from edgenlp.targets.prior import AccuracyModel, PriorPoint, pruning_key
 from edgenlp.targets.target import PRECISIONS, Budgets, Target
 
 log = logging.getLogger(__name__)
@@ -401,16 +401,11 @@ class Plan:
         """
         if not self.ranked:
             return [self.chosen_point][:k]
-
-        def pruning(p: Considered) -> tuple:
-            c = p.candidate
-            return c.prune_method, round(float(c.sparsity), 4), round(float(c.block_sparsity), 4)
-
         out, seen = [], set()
         for p in self.ranked:
-            if len(out) < k and pruning(p) not in seen:
+            if len(out) < k and pruning_key(p.candidate) not in seen:
                 out.append(p)
-                seen.add(pruning(p))
+                seen.add(pruning_key(p.candidate))
         out += [p for p in self.ranked if p not in out][: k - len(out)]
         return out
 

@@ -105,13 +105,12 @@ class AccuracyModel:
         self._prune = self._select_budgets()
         self._blocks = self._select_block_rows()
         self.measured_candidates: dict[str, dict] = {}  # candidate key -> {"drop", "source"}: whole candidates built and measured
+        self._residuals_by_depth: dict[int, dict[tuple, list[float]]] = {}  # num_layers -> _residuals(num_layers)
 
     @staticmethod
     def candidate_key(candidate) -> str:
         """A candidate (a planner ``Candidate`` or its dict) as the key of :attr:`measured_candidates`."""
-        d = candidate.to_dict() if hasattr(candidate, "to_dict") else dict(candidate)
-        d = {k: v for k, v in d.items() if k not in ("type", "version")}
-        return json.dumps(d, sort_keys=True)
+        return json.dumps(_candidate_dict(candidate), sort_keys=True)
 
     def with_measured_candidates(self, rows: list[dict]) -> "AccuracyModel":
         """A copy that predicts each candidate of ``rows`` (``{"candidate", "drop", "source"}``) by its own measured drop.
@@ -128,6 +127,19 @@ class AccuracyModel:
                                                                          "source": str(r.get("source", "measured")),
                                                                          "candidate": _candidate_dict(r["candidate"])}
         return out
+
+    def _residuals(self, num_layers: int) -> dict[tuple, list[float]]:
+        """Per pruning (:func:`pruning_key`), the static measured candidates' measured - composed drops; worked out
+        once per depth (mixed precision composes per layer). An exits candidate's drop holds the exits' loss too,
+        which the composed drop leaves out, so it does not count."""
+        if num_layers not in self._residuals_by_depth:
+            out: dict[tuple, list[float]] = {}
+            for m in self.measured_candidates.values():
+                if "candidate" in m and not m["candidate"].get("exits"):
+                    mc = _as_candidate(m["candidate"])
+                    out.setdefault(pruning_key(mc), []).append(m["drop"] - self._composed(mc, num_layers=num_layers).drop)
+            self._residuals_by_depth[num_layers] = out
+        return self._residuals_by_depth[num_layers]
 
     # ---- rows
 
@@ -311,16 +323,8 @@ class AccuracyModel:
         less). Only static measurements count (the planner adds an exits candidate's own loss to its static drop).
         ``(0.0, None)`` where nothing measured applies.
         """
-        if not self.measured_candidates:
-            return 0.0, None
-        c = _as_candidate(candidate)
-        key = _pruning_key(c)
-        residuals: dict[tuple, list[float]] = {}
-        for m in self.measured_candidates.values():
-            if "candidate" not in m or m["candidate"].get("exits"):
-                continue  # an exits candidate's drop holds the exits' loss too, which the composed drop leaves out
-            mc = _as_candidate(m["candidate"])
-            residuals.setdefault(_pruning_key(mc), []).append(m["drop"] - self._composed(mc, num_layers=num_layers).drop)
+        residuals = self._residuals(num_layers)
+        key = pruning_key(_as_candidate(candidate))
         if key in residuals:
             r = float(np.mean(residuals[key]))
             return r, f"{r:+.2f} points: candidates pruned alike measured on this task"
@@ -392,27 +396,20 @@ def _curve_point(rows: list[dict], key: str, x: float, *, measured: str, about: 
                       f"{about}: extrapolated beyond the last measured {xs[-1]:.0%}")
 
 
-_CANDIDATE_DEFAULTS = {"prune_method": None, "sparsity": 0.0, "bits": "fp32", "embeddings": None, "trim_vocab": False,
-                       "exits": False, "block_sparsity": 0.0}
-
-
 def _candidate_dict(candidate) -> dict:
     d = candidate.to_dict() if hasattr(candidate, "to_dict") else dict(candidate)
     return {k: v for k, v in d.items() if k not in ("type", "version")}
 
 
 def _as_candidate(candidate):
-    """A planner ``Candidate`` as it is; a candidate's dict (a measured row) as an object with the same fields."""
+    """A planner ``Candidate`` as it is; a candidate's dict (a measured row) as one."""
     if hasattr(candidate, "prune_method"):
         return candidate
-    from types import SimpleNamespace
+    from edgenlp.targets.planner import Candidate
 
-    d = {**_CANDIDATE_DEFAULTS, **_candidate_dict(candidate)}
-    if isinstance(d["bits"], list):
-        d["bits"] = tuple(d["bits"])
-    return SimpleNamespace(**d)
+    return Candidate.from_dict(_candidate_dict(candidate))
 
 
-def _pruning_key(c) -> tuple:
+def pruning_key(c) -> tuple:
     """What two candidates must share to share a pruned model: method, sparsity, block sparsity."""
-    return (c.prune_method, round(float(c.sparsity or 0.0), 4), round(float(getattr(c, "block_sparsity", 0.0) or 0.0), 4))
+    return c.prune_method, round(float(c.sparsity), 4), round(float(c.block_sparsity), 4)

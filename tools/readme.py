@@ -1151,7 +1151,6 @@ def joint_check(r: Results) -> str:
 @section("quick-preset")
 def quick_preset(r: Results) -> str:
     """The quick preset's fine-tuning budget: CPU wall times (quick-preset.json), 3-seed accuracy (quick-preset-cuda.json)."""
-    import statistics
 
     from edgenlp.compress.config import PRESETS, finetune_method_for
 

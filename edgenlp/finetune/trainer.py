@@ -91,12 +91,11 @@ def collate(data: Encoded, index: list[int], *, pad_id: int) -> tuple[torch.Tens
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: int = 128, pad_id: int = 0,
-             device: str = "cpu") -> dict:
-    """Accuracy (and macro-F1 for more than two labels) over ``data``, in batches, eval mode."""
+def predict(model: nn.Module, data: Encoded, *, batch_size: int = 128, pad_id: int = 0, device: str = "cpu") -> list[int]:
+    """The predicted label of every row of ``data`` (row order), in batches of similar length, eval mode."""
     was_training = model.training
     model.eval()
-    order = sorted(range(len(data)), key=lambda i: len(data.ids[i]))  # less padding; order does not change metrics
+    order = sorted(range(len(data)), key=lambda i: len(data.ids[i]))  # less padding; the order of rows is restored
     pred = [0] * len(data)
     for start in range(0, len(order), batch_size):
         index = order[start : start + batch_size]
@@ -104,6 +103,13 @@ def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: in
         for i, p in zip(index, model(ids.to(device), mask.to(device)).argmax(-1).tolist()):
             pred[i] = p
     model.train(was_training)
+    return pred
+
+
+def evaluate(model: nn.Module, data: Encoded, *, num_labels: int, batch_size: int = 128, pad_id: int = 0,
+             device: str = "cpu") -> dict:
+    """Accuracy (and macro-F1 for more than two labels) over ``data`` (:func:`predict`)."""
+    pred = predict(model, data, batch_size=batch_size, pad_id=pad_id, device=device)
     return classification_report(pred, data.labels, num_labels=num_labels)
 
 

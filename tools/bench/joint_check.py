@@ -58,27 +58,13 @@ def unseen_rows(task, ref_info, model_infos, *, limit: int, seed: int) -> tuple[
     return sorted(rows[:limit]), {"unseen_rows": len(rows), "min_words": min_words}
 
 
-def static_predictions(model, data, pad_id: int, batch_size: int = 64) -> np.ndarray:
-    import torch
-
-    from edgenlp.dynamic.train import index_batches
-    from edgenlp.finetune.trainer import collate
-
-    out = np.zeros(len(data), dtype=np.int64)
-    with torch.no_grad():
-        for index in index_batches(data, batch_size):
-            ids, mask, _ = collate(data, index, pad_id=pad_id)
-            out[index] = model(ids, mask).argmax(-1).numpy()
-    return out
-
-
 def run(models: list[Path], reference: Path, task_name: str, *, rows: int, seed: int) -> dict:
     import torch
 
     from edgenlp.data.tasks import load_task
     from edgenlp.dynamic.api import load_dynamic, trace_split
     from edgenlp.dynamic.calibrate import exit_curve, exit_scores, first_exit, paired_se, static_cost
-    from edgenlp.finetune.trainer import encode_split, load_tokenizer
+    from edgenlp.finetune.trainer import encode_split, load_tokenizer, predict
     from edgenlp.models.registry import load_model
 
     task = load_task(task_name)
@@ -94,7 +80,7 @@ def run(models: list[Path], reference: Path, task_name: str, *, rows: int, seed:
     data = encode_split(tok, task.train.take(idx), task.labels, max_len=max_len)
     y = np.asarray(data.labels)
     t0 = time.perf_counter()
-    ref_right = static_predictions(ref.eval(), data, pad) == y
+    ref_right = np.asarray(predict(ref, data, batch_size=64, pad_id=pad)) == y
     log.info("reference: %.2f%% on %d rows (%.0f s)", 100 * ref_right.mean(), len(y), time.perf_counter() - t0)
     out, rights = [], []
     for path, cfg in zip(models, cfgs):

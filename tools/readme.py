@@ -1612,13 +1612,18 @@ def dynamic(r: Results) -> str:
                          f"{' against the fine-tuned model (joint training changed the static path)' if 'reference' in row else ''}, p90 {num(row['p90_ratio'], 2)}x static "
                          f"(issue target {bench.target_text(res['spec']['target'])}: "
                          f"{'met' if bench.target_met(res['spec']['target'], row) else 'not met'})")
+    native = [c for c, res in cases.items() if res.get("runtime") == "native"]
+    native_text = (f"Cases marked (native) ran through libedgenlp's C API, the segment loop in C++ as an app runs it "
+                   f"({', '.join(native)}; a call's time includes its tokenization, static and dynamic alike); the "
+                   "others through the ExecuTorch Python runtime." if native else "")
     return "\n\n".join([
         bench.results_table(doc),
         bullets(notes),
         paragraph(f"""Hosts: {'; '.join(f"{h} ({', '.join(cs)})" for h, cs in hosts.items())}: compare static and
                   dynamic within a case, never across hosts; load average (1/5/15 min) {loads};
                   {span([res['rounds'] for res in cases.values()], 0)} rounds over each case's dev rows (the table)
-                  (`tools/bench/results/dynamic.md`, curves of every rule in `dynamic.png`)."""),
+                  (`tools/bench/results/dynamic.md`, curves of every rule in `dynamic.png`).
+                  {native_text}"""),
     ])
 
 

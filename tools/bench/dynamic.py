@@ -18,7 +18,11 @@ For each case (a task, a sequence length, what is dynamic):
    in an order that alternates from sentence to sentence and round to round
    (:func:`tools.bench.harness.round_order`). A sentence's latency is the
    median of its rounds (model only, tokenization excluded); mean, p50, p90
-   and max are over sentences. Accuracy of each;
+   and max are over sentences. Accuracy of each. ``--runtime native`` runs the
+   same through libedgenlp's C API instead (the segment loop in C++, as an app
+   runs it; the case is recorded as ``<case> (native)``): a call's time there
+   includes its tokenization, for static and dynamic alike, and no curves are
+   drawn (the C API takes no rule switch);
 4. latency-vs-accuracy curves: every exit rule at thresholds spread over its
    validation curve (and keep ratios, where tokens may drop), on the first
    ``--curve-limit`` sentences, one round.
@@ -204,38 +208,47 @@ def summarize(lat: list[float]) -> dict:
 
 
 def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int | None, rounds: int,
-            curve_limit: int) -> dict:
-    """Static vs dynamic of every variant, interleaved per sentence over ``rounds`` rounds; then the per-rule curves."""
+            curve_limit: int, runtime: str = "executorch") -> dict:
+    """Static vs dynamic of every variant, interleaved per sentence over ``rounds`` rounds; then the per-rule curves
+    (``runtime`` executorch: the Python loop over ExecuTorch methods; native: libedgenlp, no curves)."""
     from edgenlp.dynamic.calibrate import paired_se
     from edgenlp.run.base import get_runner
     from edgenlp.run.dynamic import run_sentence
     from edgenlp.run.executorch import set_threads
 
     set_threads(1)  # before any program loads
-    runners = {v: get_runner(work / case / f"bundle-{v}", runtime="executorch", threads=1) for v in variants}
+    native = runtime == "native"
+    runners = {v: get_runner(work / case / f"bundle-{v}", runtime=runtime, threads=1) for v in variants}
     first = runners[variants[0]]
     dev = data.dev.head(dev_limit)
     gold = np.asarray(dev.label_ids(first.labels))
     ids = first.token_ids(dev.texts)
+    inputs = list(dev.texts) if native else ids  # what a call takes: text (native: it tokenizes) or token ids
 
     def one(runner, x, settings):
+        if native:  # settings: the per-call options; latency_ms: the whole C call
+            return runner.predict_details([x], **settings)[0]
         t0 = time.perf_counter()
         p = run_sentence(runner.backend, runner.segments, x, settings, mask_bias=runner.mask_bias, pad_id=runner.pad_id,
                          num_layers=runner.spec.num_layers)
         p.latency_ms = 1000 * (time.perf_counter() - t0)
         return p
 
-    modes = {f"{v}/{m}": (runners[v], r.settings_for(static=(m == "static")))
+    def settings_of(runner, static: bool):
+        return {"static": static} if native else runner.settings_for(static=static)
+
+    modes = {f"{v}/{m}": (runners[v], settings_of(r, m == "static"))
              for v, r in runners.items() for m in ("static", "dynamic")}
     names = list(modes)
+    by_length = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     for name in names:  # warm-up: load every method once (every bucket)
-        for x in sorted(ids, key=len)[:: max(1, len(ids) // 8)]:
-            one(*modes[name][:1], x, modes[name][1])
+        for i in by_length[:: max(1, len(ids) // 8)]:
+            one(*modes[name][:1], inputs[i], modes[name][1])
     la0 = load_average()
     lat = {k: [[] for _ in ids] for k in names}
     preds: dict = {}
     for r in range(rounds):
-        for i, x in enumerate(ids):
+        for i, x in enumerate(inputs):
             for k in round_order(names, r + i):
                 p = one(modes[k][0], x, modes[k][1])
                 lat[k][i].append(p.latency_ms)
@@ -243,7 +256,7 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
         log.info("%s: round %d/%d done (load %s)", case, r + 1, rounds, load_average())
     la1 = load_average()
     per_sentence = {k: [median(v) for v in lat[k]] for k in names}
-    result = {"n": len(ids), "rounds": rounds,
+    result = {"n": len(ids), "rounds": rounds, "runtime": runtime,
               "lengths": {"mean": float(np.mean([len(x) for x in ids])), "p90": float(np.percentile([len(x) for x in ids], 90)),
                           "max": int(max(len(x) for x in ids))},
               "load_avg": {"start": la0, "end": la1}, "variants": {}}
@@ -277,8 +290,8 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
     if spec.get("reference_case"):  # a model whose static path changed (joint): the drop against the fine-tuned model
         ref_case = spec["reference_case"]
         for v in runners:
-            ref = get_runner(work / ref_case / f"bundle-{v}", runtime="executorch", threads=1)
-            right_r = np.array([one(ref, x, ref.settings_for(static=True)).logits.argmax() for x in ids]) == gold
+            ref = get_runner(work / ref_case / f"bundle-{v}", runtime=runtime, threads=1)
+            right_r = np.array([one(ref, x, settings_of(ref, True)).logits.argmax() for x in inputs]) == gold
             ref.close()
             row = result["variants"][v]
             row["reference"] = {
@@ -292,7 +305,9 @@ def measure(case: str, spec: dict, work: Path, data, variants, *, dev_limit: int
     result["validation"]["split"] = report["task"]
     static_lat = {v: per_sentence[f"{v}/static"][:curve_limit] for v in runners}
     static_pred = {v: preds[f"{v}/static"][:curve_limit] for v in runners}
-    result["curves"] = curves(case, report, runners, ids[:curve_limit], gold[:curve_limit], static_lat, static_pred, one)
+    if not native:  # (the C API switches no exit rule)
+        result["curves"] = curves(case, report, runners, ids[:curve_limit], gold[:curve_limit], static_lat, static_pred,
+                                  one)
     for r in runners.values():
         r.close()
     return result
@@ -348,7 +363,7 @@ def plot(results: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cases = [c for c, res in results["cases"].items() if "variants" in res]
+    cases = [c for c, res in results["cases"].items() if "variants" in res and res.get("curves")]
     cols = max(len(results["cases"][c]["variants"]) for c in cases)
     fig, axes = plt.subplots(len(cases), cols, figsize=(6.0 * cols, 3.6 * len(cases)), sharey=True, squeeze=False)
     for row, case in zip(axes, cases):
@@ -377,7 +392,7 @@ def plot(results: dict, path: Path) -> None:
                     ax.annotate(f"{p['method']} (published{', bound' if p.get('drop_is_bound') else ''})",
                                 (p["speedup"], -p["drop"]), fontsize=7, color="gray")
             ax.axhline(0, color="k", lw=0.5)
-            ax.set_title(f"{case}, {v} (ExecuTorch, 1 thread)")
+            ax.set_title(f"{case}, {v} (ExecuTorch Python runtime, 1 thread)")
             ax.set_xlim(0.8, 3.5)
             ax.set_ylim(-6.0, 1.5)  # the region that matters; the curves' fastest points run further down
             ax.grid(alpha=0.3)
@@ -457,7 +472,9 @@ def results_table(results: dict) -> str:
 
 def markdown(results: dict) -> str:
     lines = ["# Dynamic inference: early exits and token pruning (MiniLM-L6)", "",
-             "ExecuTorch Python runtime, 1 thread, batch 1, each dev sentence padded to the smallest bucket that holds it "
+             "ExecuTorch Python runtime (cases marked (native): libedgenlp's C API, the same segment loop in C++ as an "
+             "app runs it, a call's time including its tokenization for static and dynamic alike), "
+             "1 thread, batch 1, each dev sentence padded to the smallest bucket that holds it "
              "(buckets per case: " + ", ".join(f"{c} {list(r['spec'].get('buckets') or ['default'])}" for c, r in results["cases"].items())
              + "). "
              "Static = the `forward_<S>` methods of the same bundle (the static bundle's program, same weights and "
@@ -504,6 +521,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="Passes over the dev rows (a sentence's latency: their median).")
     ap.add_argument("--curve-limit", type=int, default=300, help="Sentences per curve point.")
     ap.add_argument("--stage", choices=["build", "measure", "all"], default="all")
+    ap.add_argument("--runtime", choices=["executorch", "native"], default="executorch",
+                    help="Measure through the ExecuTorch Python runtime or libedgenlp (recorded as '<case> (native)').")
     ap.add_argument("--out", type=Path, default=RESULTS / "dynamic")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
@@ -531,7 +550,8 @@ def main() -> None:
             log.warning("%s: no --teacher %s=DIR, skipped", case, spec["task"])
             continue
         data = load_task(spec["task"])
-        entry = results["cases"].setdefault(case, {})
+        key = case if args.runtime == "executorch" else f"{case} ({args.runtime})"
+        entry = results["cases"].setdefault(key, {})
         entry["spec"] = {k: v for k, v in spec.items()}
         entry["teacher"] = teachers[spec["task"]]
         if args.stage in ("build", "all"):
@@ -541,12 +561,12 @@ def main() -> None:
         if args.stage in ("measure", "all"):
             limit = args.imdb_dev_limit if spec["task"] == "imdb" else args.dev_limit
             entry.update(measure(case, spec, args.workdir, data, args.variants, dev_limit=limit, rounds=args.rounds,
-                                 curve_limit=args.curve_limit))
+                                 curve_limit=args.curve_limit, runtime=args.runtime))
             entry["host"] = case_host(bench.host())  # cases of one file may come from different machines
         if args.stage == "build":  # the results file (its host, load and commit) is a measurement's; build.json holds this
             log.info("%s built in %s", case, args.workdir / case)
             continue
-        measured = any("variants" in r for r in results["cases"].values())
+        measured = any("variants" in r and r.get("curves") for r in results["cases"].values())  # (what plot draws)
         bench.write(args.out, results, markdown(results), plot=(lambda p: plot(results, p)) if measured else None)
         log.info("%s done; wrote %s", case, out_json)
 

@@ -86,6 +86,11 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
     acc = float(accuracy["executorch"]["accuracy"])
     drop = 100.0 * (reference_accuracy - acc)
     on_host = getattr(target, "name", "") == "host"
+    host_ms, load = load_corrected(measured_ms["executorch"], speedup, baseline_latency_ms)
+    if on_host and load["corrected"]:
+        log.warning("verify: this machine is busier than when the run measured its baseline (the uncompressed program ran "
+                    "%.2fx its baseline time beside the bundle): the latency budget is held to %.3f ms, the %.3f ms "
+                    "measured divided by that factor", load["factor"], host_ms, measured_ms["executorch"])
 
     checks = {
         "accuracy": {"reference": reference_accuracy, "measured": acc, "drop_points": round(drop, 3), "limit": max_drop,
@@ -93,8 +98,10 @@ def verify_bundle(bundle_path: Path, out: Path, *, data, target, budgets, refere
         "size_mb": size_check(bundle.manifest["sizes"], budget_mb=budgets.size_mb, predicted_mb=predicted["size_mb"],
                               runtime=getattr(target, "runtime", "executorch")),
         "latency_ms": {"budget": budgets.latency_ms, "predicted": predicted["latency_ms"], "estimated": predicted["estimated"],
-                       "host_measured": round(measured_ms["executorch"], 3), "decided_by": "host measurement" if on_host else "cost model",
-                       "passed": budgets.latency_ms is None or (measured_ms["executorch"] if on_host else predicted["latency_ms"]) <= budgets.latency_ms},
+                       "host_measured": round(measured_ms["executorch"], 3), "host_decided": round(host_ms, 3), "load": load,
+                       "decided_by": ("cost model" if not on_host else "host measurement, corrected for load"
+                                      if load["corrected"] else "host measurement"),
+                       "passed": budgets.latency_ms is None or (host_ms if on_host else predicted["latency_ms"]) <= budgets.latency_ms},
         "memory_mb": {"budget": budgets.memory_mb, "predicted": predicted["peak_memory_mb"], "estimated": predicted["estimated"],
                       "passed": budgets.memory_mb is None or predicted["peak_memory_mb"] <= budgets.memory_mb},
         "host_speedup": host_speed_gate(speedup, on_host=on_host, candidate=candidate),
@@ -194,6 +201,30 @@ def _host_speedup(bundle, baseline_program: tuple[Path, str] | None, baseline_ms
             "runs": t.rounds, "method": "alternating runs in one process (median each; p10-p90 of the per-round speed-ups)"}
 
 
+LOAD_TOLERANCE = 0.10  # the uncompressed program this much slower beside the bundle than at the baseline: a busier host
+
+
+def load_corrected(measured_ms: float, speedup: dict, baseline_ms: float | None) -> tuple[float, dict]:
+    """``(latency the host budget is held to, load record)``: ``measured_ms`` divided by how much busier the host is now.
+
+    The uncompressed program was timed at the start of the run (the baseline
+    stage, ``baseline_ms``) and again in alternation beside the bundle
+    (``speedup["baseline_ms"]``). When it now runs more than
+    :data:`LOAD_TOLERANCE` slower, other work holds the cores (measured: 2x
+    during a concurrent training job, which failed a 7.2 ms budget with a
+    bundle that runs in 7.2 ms alone), and the bundle's time is divided by
+    that factor. A host no busier, or no alternating measurement: the
+    measurement as it is.
+    """
+    beside = speedup.get("baseline_ms") if str(speedup.get("method", "")).startswith("alternating") else None
+    factor = beside / baseline_ms if beside and baseline_ms else None
+    if factor is None or factor <= 1.0 + LOAD_TOLERANCE:
+        return measured_ms, {"factor": None if factor is None else round(factor, 3), "corrected": False,
+                             "baseline_ms": baseline_ms, "baseline_beside_ms": beside}
+    return measured_ms / factor, {"factor": round(factor, 3), "corrected": True, "baseline_ms": baseline_ms,
+                                  "baseline_beside_ms": beside}
+
+
 def is_uncompressed(candidate: dict | None) -> bool:
     """The candidate is the fine-tuned model as it is (fp32, unpruned, full vocabulary)."""
     return bool(candidate) and not candidate.get("sparsity") and candidate.get("bits", "fp32") == "fp32" \
@@ -232,8 +263,12 @@ def judge(checks: dict, *, on_host: bool) -> tuple[list[str], str | None]:
             failures.append("size " + ", ".join(f"{f} {c['artifacts'][f]} MB" for f in c["over_budget"]) +
                             f" > budget {c['budget']} MB")
         else:
-            got = c.get("host_measured") if (name == "latency_ms" and on_host) else c.get("measured", c.get("predicted"))
-            failures.append(f"{name.replace('_', ' ')} {got} > budget {c['budget']}")
+            got = c.get("host_decided", c.get("host_measured")) if (name == "latency_ms" and on_host) \
+                else c.get("measured", c.get("predicted"))
+            load = (c.get("load") or {}) if name == "latency_ms" and on_host else {}
+            failures.append(f"{name.replace('_', ' ')} {got} > budget {c['budget']}"
+                            + (f" (measured {c['host_measured']}, divided by the host's load factor {load['factor']})"
+                               if load.get("corrected") else ""))
     budget_failed = any(not checks[k]["passed"] for k in ("size_mb", "latency_ms", "memory_mb") if k in checks)
     kind = ("accuracy" if not checks["accuracy"]["passed"] else "budget" if budget_failed
             else "slower" if failures else None)  # fmt: skip

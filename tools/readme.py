@@ -1625,7 +1625,8 @@ def dynamic(r: Results) -> str:
                          f"{drop(bench.drop_of(row))} points of dev accuracy"
                          f"{' against the fine-tuned model (joint training changed the static path)' if 'reference' in row else ''}, p90 {num(row['p90_ratio'], 2)}x static "
                          f"(issue target {bench.target_text(res['spec']['target'])}: "
-                         f"{'met' if bench.target_met(res['spec']['target'], row) else 'not met'})")
+                         f"{'met' if bench.target_met(res['spec']['target'], row) else 'not met'}"
+                         f"{bench.hidden_by_rounding(res['spec']['target'], row)})")
     native = [c for c, res in cases.items() if res.get("runtime") == "native"]
     native_text = (f"Cases marked (native) ran through libedgenlp's C API, the segment loop in C++ as an app runs it "
                    f"({', '.join(native)}; a call's time includes its tokenization, static and dynamic alike); the "

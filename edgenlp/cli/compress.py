@@ -34,6 +34,7 @@ def compress_cmd(ctx, data_dir, device, out_dir, quiet, **_):
       edgenlp compress --ray 10.0.0.5:6379 --out /shared/compress     # ... on a Ray cluster (pip install 'edgenlp[ray]')
     """
     from edgenlp.compress.pipeline import compress
+    from edgenlp.compress.verify import held_text
     from edgenlp.utils import resolve_device
 
     config = build_config(CompressConfig, given(ctx))
@@ -54,10 +55,8 @@ def compress_cmd(ctx, data_dir, device, out_dir, quiet, **_):
     click.echo(f"  dev accuracy {acc['measured']:.4f} (uncompressed {acc['reference']:.4f}, drop {acc['drop_points']:.2f} points)")
     lat = checks["latency_ms"]
     click.echo(f"  latency {lat['predicted']} ms predicted{' (estimated)' if lat['estimated'] else ''} vs budget "
-               f"{lat['budget']}; host {lat['host_measured']} ms"
-               + (f" (held as {lat['host_decided']} ms: the host is {lat['load']['factor']}x busier than at the baseline)"
-                  if (lat.get("load") or {}).get("corrected") else "")
-               + f", {s['host_speedup_vs_uncompressed']}x the uncompressed model")
+               f"{lat['budget']}; host {lat['host_measured']} ms{held_text(lat)}, {s['host_speedup_vs_uncompressed']}x the "
+               "uncompressed model")
     click.echo(f"  size {checks['size_mb']['measured']} MB (budget {checks['size_mb']['budget']}); "
                f"memory {checks['memory_mb']['predicted']} MB predicted (budget {checks['memory_mb']['budget']})")
     click.echo(f"  report: {res.out / 'report.md'}   wall time {s['wall_s']} s")

@@ -15,15 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 
-def _host_latency(lat: dict) -> str:
-    """The host's latency cell: the measurement, and what it was held to when the host was busier than at the baseline."""
-    load = lat.get("load") or {}
-    if not load.get("corrected"):
-        return _fmt(lat["host_measured"])
-    return (f"{_fmt(lat['host_measured'])}, held as {_fmt(lat['host_decided'])} (the host ran the uncompressed program "
-            f"{load['factor']}x slower than at the baseline)")
-
-
 def _fmt(v, digits: int = 2) -> str:
     if v is None:
         return "-"
@@ -166,6 +157,8 @@ def _exits_summary(rec, bundle_dynamic: dict | None) -> dict | None:
 
 
 def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
+    from edgenlp.compress.verify import held_text
+
     cfg, t = s["config"], s["target"]
     lines = [f"# edgenlp compress: {cfg['model']} on {cfg['task']} for {t.get('name', cfg['target'])}", ""]
     lines.append(("**Result: every budget and the accuracy limit met.**" if s["passed"] else
@@ -176,7 +169,7 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
     est = " (estimated)" if p["latency_ms"].get("estimated") else ""
     stat = s["budgets"].get("latency_stat", "p90")
     lines.append(f"| latency (ms, {stat}, seq {s['budgets']['seq_len']}, {s['budgets']['threads']} thread(s)) | {_fmt(p['latency_ms']['budget'])} | "
-                 f"{_fmt(p['latency_ms']['predicted'])}{est} | {_host_latency(p['latency_ms'])} | {_fmt(p['latency_ms']['passed'])} |")
+                 f"{_fmt(p['latency_ms']['predicted'])}{est} | {_fmt(p['latency_ms']['host_measured'])}{held_text(p['latency_ms'])} | {_fmt(p['latency_ms']['passed'])} |")
     lines.append(f"| peak memory (MB) | {_fmt(p['memory_mb']['budget'])} | {_fmt(p['memory_mb']['predicted'])}{est} | - | "
                  f"{_fmt(p['memory_mb']['passed'])} |")
     lines.append(f"| size (MB, {p['size_mb']['artifact']}) | {_fmt(p['size_mb']['budget'])} | {_fmt(p['size_mb']['predicted'])} | "

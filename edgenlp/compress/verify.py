@@ -225,6 +225,14 @@ def load_corrected(measured_ms: float, speedup: dict, baseline_ms: float | None)
                                   "baseline_beside_ms": beside}
 
 
+def held_text(lat: dict) -> str:
+    """`` (held as X ms: ...)`` after a host measurement that :func:`load_corrected` divided by the host's load; else ""."""
+    load = lat.get("load") or {}
+    if not load.get("corrected"):
+        return ""
+    return f" (held as {lat['host_decided']} ms: the uncompressed program ran {load['factor']}x slower than at the baseline)"
+
+
 def is_uncompressed(candidate: dict | None) -> bool:
     """The candidate is the fine-tuned model as it is (fp32, unpruned, full vocabulary)."""
     return bool(candidate) and not candidate.get("sparsity") and candidate.get("bits", "fp32") == "fp32" \

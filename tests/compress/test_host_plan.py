@@ -8,7 +8,7 @@ import pytest
 
 from edgenlp.compress.config import CompressConfig
 from edgenlp.compress.planning import exclusions_after, is_excluded
-from edgenlp.compress.verify import host_speed_gate, judge, load_corrected
+from edgenlp.compress.verify import held_text, host_speed_gate, judge, load_corrected
 from edgenlp.targets.costmodel import CostTable, host_table_path
 
 
@@ -99,6 +99,8 @@ def test_a_busier_host_does_not_fail_a_latency_budget_the_bundle_meets_alone():
     failures, kind = judge({"accuracy": {"passed": True}, "latency_ms": lat}, on_host=True)
     assert kind == "budget" and failures == [f"latency ms {round(ms, 3)} > budget 7.202 (measured 17.745, divided by the "
                                              "host's load factor 1.977)"]
+    assert held_text(lat) == f" (held as {round(ms, 3)} ms: the uncompressed program ran 1.977x slower than at the baseline)"
+    assert held_text({**lat, "load": {**load, "corrected": False}}) == ""  # the report and the CLI add nothing then
 
 
 def test_a_slower_bundle_is_replanned_and_the_report_says_why(monkeypatch, tmp_path):

@@ -766,8 +766,8 @@ def compress_headline(r: Results) -> str:
     stands = bullets([
         f"{sp:g}× over XNNPACK's own int8 within the size budget took {chosen_label(lat_chosen)}: {lat_chosen['sparsity']:.0%} of the"
         " encoder removed, then recovery distillation from the unpruned model, and it still loses"
-        f" {l['drop_points']:.2f} points. CoFi with distillation keeps more accuracy at that sparsity, and it needs more training than"
-        " the quick preset's CPU budget (see the pruning section).",
+        f" {l['drop_points']:.2f} points. CoFi with distillation is the method that kept the most accuracy in the pruning"
+        " benchmarks (see the pruning section), and it needs more training than the quick preset's CPU budget.",
         f"The {d['size_fraction']:.0%} size budget forces int4 linears or heavy pruning (the unpruned encoder alone is larger than the"
         " budget in int8), and XNNPACK's int4 kernels are slower than int8 on x86 (`tools/bench/results/quant_profile.md`).",
     ])

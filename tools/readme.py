@@ -1560,10 +1560,12 @@ def sparse_bundles_vnni(r: Results) -> str:
         parts.append(mod.markdown(doc, title=title).rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"]))
     parts.append(paragraph("""
         On this host whole int8 bundles do not pay at any measured sparsity, although the kernels alone pass the gate here
-        (`sparse-kernels-avx512vnni`): every sparse op transposes its activations in, quantizes them and stores its output
-        transposed back, a fixed cost per linear (the kernel bench's floor at 95%), paid 36 times per sentence, while
-        XNNPACK's dense int8 GEMM is already fast with VNNI; the graph also splits into one XNNPACK call per dense stretch.
-        Keeping activations in the kernels' layout across consecutive linears is what would remove it. The planner offers
+        (`sparse-kernels-avx512vnni`). An ETDump of the 1x4 bundles (libedgenlp, 1 thread) shows why: inside a bundle the
+        sparse ops take about as long as XNNPACK's dense int8 linears take in the dense bundle, because there they run well
+        below their kernel-bench speed (not pinned down yet; the candidates are weights that arrive cold, and each op
+        transposing and quantizing its activations on its own) while XNNPACK's VNNI GEMMs run faster in the whole graph than one at a time; the dense
+        remainder, split into one XNNPACK call per stretch, also costs more than in one call. Fusing the sparse linears of a
+        layer and keeping their activations in the kernels' layout is what it would take. The planner offers
         block-sparse candidates only on the machine kind its shipped ratios were measured on (`targets/sparse-ratios.json`)."""))
     return "\n\n".join(parts)
 

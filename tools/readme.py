@@ -141,7 +141,11 @@ def load_text(load) -> str:
 
 
 def host(doc: dict, *, cpu: str | None = None, isa: str | None = None, load=None, file: str | None = None) -> str:
-    """`Host: CPU, N cores, ISA flags ...; load average ...` for a results document."""
+    """`Host: CPU, N cores, ISA flags ...; load average ...` for a results document (``load`` by default: the load
+    averages the bench harness recorded in the document's ``host`` block, when it did)."""
+    if load is None:
+        h = doc.get("host") or {}
+        load = {k: h[f"load_avg_{k}"] for k in ("before", "after") if h.get(f"load_avg_{k}")} or None
     cores = cores_of(doc)
     parts = [cpu or cpu_of(doc)] + ([f"{cores} cores"] if cores else []) + [f"ISA flags {isa or isa_of(doc)}"]
     where = f" (`{file}`)" if file else ""
@@ -746,7 +750,7 @@ def compress_headline(r: Results) -> str:
         `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}` at seq {d['seq_len']} / {d['threads']} thread, with X the
         fastest peer's time divided by {sp:g}, measured in the same process, and a size budget of {d['size_fraction']:.0%} of the fp32
         `model.pte`. SST-2, Learner-tuned MiniLM at {pct(ref)}%; every time is the median of {d['runs']} alternating rounds.
-        {host(d, load={'before': d.get('host', {}).get('load_avg_before'), 'after': d.get('host', {}).get('load_avg_after')})}
+        {host(d)}
         {('Run notes: ' + d['note']) if d.get('note') else ''}""")
     if "error" in a:
         acc_text = (f"Within {d['max_drop']:g} point and {d['size_fraction']:.0%} of the size there is no bundle: the only candidate"
@@ -1537,27 +1541,26 @@ def wheel_main_job(r: Results) -> str:
                      f"{minsec(d['compress_wall_s'])} ({d['conditions']}; `results/wheel-main-job.json`).")
 
 
-@section("sparse-bundles")
-def sparse_bundles(r: Results) -> str:
-    doc = r("sparse-bundles")
-    mod = _bench_module("sparse_bundles")
+def sparse_bundles_block(r: Results, name: str, title: str) -> str:
+    """A ``tools/bench/sparse_bundles.py`` results file as its own markdown under ``title``, with its host line."""
     from tools.bench.harness import Results as BenchResults
 
-    title = "**Whole MiniLM bundles with the sparse ops against the dense bundles (issue 23, stage 2)**"
-    return mod.markdown(doc, title=title).rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+    doc = r(name)
+    return _bench_module("sparse_bundles").markdown(doc, title=title).rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+
+
+@section("sparse-bundles")
+def sparse_bundles(r: Results) -> str:
+    return sparse_bundles_block(r, "sparse-bundles",
+                                "**Whole MiniLM bundles with the sparse ops against the dense bundles (issue 23, stage 2)**")
 
 
 @section("sparse-bundles-avx512vnni")
 def sparse_bundles_vnni(r: Results) -> str:
     """The same bundles timed on an AVX-512 VNNI host, one table per block shape (``--block``)."""
-    mod = _bench_module("sparse_bundles")
-    from tools.bench.harness import Results as BenchResults
-
-    parts = []
-    for block in ("1x4", "1x8", "4x1"):
-        doc = r(f"sparse-bundles-{block}-avx512vnni")
-        title = f"**{block} blocks, timed on an AVX-512 VNNI host (`sparse-bundles-{block}-avx512vnni.json`)**"
-        parts.append(mod.markdown(doc, title=title).rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"]))
+    parts = [sparse_bundles_block(r, f"sparse-bundles-{block}-avx512vnni",
+                                  f"**{block} blocks, timed on an AVX-512 VNNI host (`sparse-bundles-{block}-avx512vnni.json`)**")
+             for block in ("1x4", "1x8", "4x1")]
     parts.append(paragraph("""
         On this host whole int8 bundles do not pay at any measured sparsity, although the kernels alone pass the gate here
         (`sparse-kernels-avx512vnni`). An ETDump of the 1x4 bundles (libedgenlp, 1 thread) shows why: inside a bundle the

@@ -403,11 +403,13 @@ class Plan:
             return [self.chosen_point][:k]
         out, seen = [], set()
         for p in self.ranked:
-            if len(out) < k and pruning_key(p.candidate) not in seen:
+            key = pruning_key(p.candidate)
+            if key not in seen:
                 out.append(p)
-                seen.add(pruning_key(p.candidate))
-        out += [p for p in self.ranked if p not in out][: k - len(out)]
-        return out
+                seen.add(key)
+                if len(out) == k:
+                    return out
+        return out + [p for p in self.ranked if p not in out][: k - len(out)]
 
     @property
     def estimated(self) -> bool:

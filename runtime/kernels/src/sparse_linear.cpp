@@ -354,8 +354,20 @@ std::string check_pattern(int n, int k, BlockShape block, int rows, int row_bloc
   if (static_cast<std::size_t>(row_start[row_blocks]) != blocks)
     return "row_start ends at " + std::to_string(row_start[row_blocks]) + " for " + std::to_string(blocks) + " blocks";
   const int kp = (k + 7) / 8 * 8;
+  // Every call of an op checks its weights (a bundle's constants), so this scan must cost little beside the kernel:
+  // an OR and a max over the columns, which the compiler vectorizes (align is a power of two). A modulo per block
+  // here took ~2 ns a block, ~0.25 ms per MiniLM layer at 70% sparsity: more than the int8 kernel itself at 16
+  // tokens. The loop that names the first bad block runs only when the scan finds one.
+  if (align < 1 || (align & (align - 1)) != 0) return "alignment " + std::to_string(align) + " is not a power of two";
+  const auto mask = static_cast<std::uint16_t>(align - 1);
+  std::uint16_t misaligned = 0, last = 0;
+  for (std::size_t b = 0; b < blocks; ++b) {
+    misaligned |= static_cast<std::uint16_t>(col[b] & mask);
+    last = col[b] > last ? col[b] : last;
+  }
+  if (misaligned == 0 && (blocks == 0 || last + width <= kp)) return "";
   for (std::size_t b = 0; b < blocks; ++b)
-    if (col[b] % align != 0 || col[b] + width > kp)
+    if ((col[b] & mask) != 0 || col[b] + width > kp)
       return "block " + std::to_string(b) + " starts at column " + std::to_string(col[b]) + " (k " + std::to_string(k) +
              ", aligned to " + std::to_string(align) + ")";
   return "";

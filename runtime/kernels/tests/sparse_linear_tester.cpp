@@ -247,11 +247,11 @@ std::vector<Shape> shapes(bool quick) {
 
 // check() accepts what pack_* writes and names each broken header field (the arrays a
 // bundle hands the kernels: a corrupted one must be refused before any kernel reads it).
-bool view_checks() {
+// n x k: a small matrix, and one with hundreds of blocks (the column scan's vector loop, not only its tail).
+bool view_checks(int n, int k) {
   bool ok = true;
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  const int n = 9, k = 13;
   std::vector<float> w(n * k);
   std::vector<std::int8_t> q(n * k);
   std::vector<float> scale(n, 0.01f);
@@ -284,13 +284,16 @@ bool view_checks() {
     rs.back() += 1;
     expect(ek::check(v), false, "row_start past the blocks");
     rs = f.row_start;
-    col[0] = static_cast<std::uint16_t>(k + 8);
-    expect(ek::check(v), false, "column outside k");
-    col = f.col;
-    if (b.cols > 1) {
-      col[0] = static_cast<std::uint16_t>(col[0] + 1);
-      expect(ek::check(v), false, "unaligned column");
+    // a bad column first, in the middle and last (the scan is vectorized: its tail counts too)
+    for (const std::size_t at : {std::size_t{0}, col.size() / 2, col.size() - 1}) {
+      col[at] = static_cast<std::uint16_t>(k + 8);
+      expect(ek::check(v), false, "column outside k");
       col = f.col;
+      if (b.cols > 1) {
+        col[at] = static_cast<std::uint16_t>(col[at] + 1);
+        expect(ek::check(v), false, "unaligned column");
+        col = f.col;
+      }
     }
     v.row_blocks += 1;
     expect(ek::check(v), false, "row blocks");
@@ -324,7 +327,8 @@ bool api_errors() {
     ok = false;
   } catch (const std::invalid_argument&) {
   }
-  ok = view_checks() && ok;
+  ok = view_checks(9, 13) && ok;
+  ok = view_checks(37, 203) && ok;
   for (ek::Isa isa : ek::kAllIsas) {
     if (ek::isa_supported(isa)) continue;
     const ek::SparseF32 p = ek::pack_f32(w, 1, 4, ek::kBlock1x4, nullptr);

@@ -246,7 +246,8 @@ class Compressor:
     # -- stage 2b: early exits, measured on training rows held out of their training (``--dynamic auto``)
     @property
     def exits_config(self):
-        return self.preset.exits_config(max_drop=self.config.max_drop, seed=self.config.seed)
+        return self.preset.exits_config(max_drop=self.config.max_drop, seed=self.config.seed,
+                                        joint=self.config.dynamic == "joint")
 
     def exits(self, ft: StageRecord) -> StageRecord:
         """Exit heads on the fine-tuned model and the share of held-out rows that runs each layer (:class:`ExitStats`).

@@ -63,3 +63,28 @@ def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn
     ex_off = off.exits(ft)
     assert not ex_off.result["enabled"] and "--dynamic off" in ex_off.result["why"]
     assert off.exit_stats(ex_off) is None
+
+
+def test_dynamic_joint_trains_the_backbone_with_the_exits(tmp_path, tiny_model_dir, dyn_task_dir, quick_tiny):
+    """``--dynamic joint``: the exits stage's model has a backbone trained with its exits (the static path changed),
+    its drop is still held against the fine-tuned model, and a pruned candidate's exits train jointly too."""
+    import torch
+    from safetensors.torch import load_file
+
+    from edgenlp.compress.pipeline import Compressor
+
+    cfg = CompressConfig(model=str(tiny_model_dir), task=str(dyn_task_dir), target="pixel-7", seq_len=32,
+                         latency_stat="mean", max_drop=50.0, dynamic="joint")
+    run = Compressor(cfg, tmp_path / "run", data_dir=None, device="cpu", progress=False, echo=None)
+    ft = run.finetune()
+    run.exits_rec = ex = run.exits(ft)
+    assert ex.result["enabled"] and ex.result["config"]["joint"] is True
+    report = json.loads((tmp_path / "run" / "exits" / "model" / "dynamic-report.json").read_text())
+    assert report["exit_training"]["mode"] == "joint" and "static_accuracy_after_joint" in report["validation"]
+    tuned = load_file(str(ft.path / "model" / "model.safetensors"))
+    joint = load_file(str(tmp_path / "run" / "exits" / "model" / "model.safetensors"))
+    shared = [k for k in tuned if k in joint and "encoder" in k and k.endswith("weight")]
+    assert shared and any(not torch.equal(tuned[k], joint[k]) for k in shared)  # the backbone moved
+    # the default (auto) keeps the backbone frozen: the same knobs without joint
+    assert run.preset.exits_config(max_drop=1.0).joint is False and run.exits_config.joint is True
+    assert run._exits_used()["joint"] is True  # what a pruned candidate with exits repeats

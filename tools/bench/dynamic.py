@@ -34,6 +34,11 @@ flags, load averages, commit). Published reference points are marked as such
 reuses trained models and bundles.
 
     nice -n 10 python tools/bench/dynamic.py --teacher sst2=/tmp/dyn/ft-sst2 --cases sst2 --workdir /tmp/dyn/bench
+
+The SST-2 teacher of the sst2-8k-val cases is the quick preset's fine-tune (what ``compress --preset quick`` runs):
+
+    edgenlp finetune minilm-l6 --task sst2 --method learner --train-limit 25600 --max-steps 800 \
+        --priming-steps 100 --max-seq-len 64 --out /tmp/sst2/ft
 """
 
 from __future__ import annotations
@@ -88,6 +93,13 @@ CASES = {
                         margin_se=0.0, val_rows=8000, val_min_words=13, train_limit=16000,
                         heads=dict(epochs=5, lr=3e-3, exit_pooling="mean"),
                         target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
+    # sst2-8k-val with --joint: the backbone trains with the exits (2 epochs over the same 16,000 rows, distilled from
+    # the fine-tuned model), so the early layers learn to decide. Its drop is against sst2-8k-val's static bundle (the
+    # fine-tuned model), its speed-up against its own static methods (the same shapes).
+    "sst2-8k-val-joint": dict(task="sst2", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5,
+                              margin_se=0.0, val_rows=8000, val_min_words=13, train_limit=16000,
+                              heads=dict(epochs=2, lr=3e-3, exit_pooling="mean", joint=True),
+                              reference_case="sst2-8k-val", target=dict(speedup=1.6, drop=0.5, p90_slower=0.05)),
     # banking77: the teacher fine-tunes on 7,000 of the 9,003 training rows (--train-limit 7000), so the 2,000
     # validation rows are rows it never saw; heads as in sst2-8k-val, distilled on the other 7,003 rows.
     "banking77": dict(task="banking77", seq=64, buckets=(32, 64), exits="all", tokens="none", max_drop=0.5,

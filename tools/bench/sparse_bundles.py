@@ -163,14 +163,15 @@ def kernel_bounds(rows: dict, kernels: dict, *, seq: int, block: str) -> dict:
     """Per sparse bundle, its kernel-bench bound (see the module docstring) from a ``sparse_kernels.py`` results doc."""
     layers = {(r["precision"], r["block"], round(float(r["sparsity"]), 4)): r
               for r in kernels["analysis"]["layer"] if r["m"] == seq}
+    per_layer = len(kernels["layer"])  # the linears the kernel bench times as one encoder layer
     out = {}
     for name, r in rows.items():
         if not r["sparsity"]:
             continue
         k = layers.get(("f32" if r["precision"] == "fp32" else "qd8", block, round(r["sparsity"], 4)))
-        if k is None or not r["sparse_linears"] % 6 == 0:
+        if k is None or r["sparse_linears"] % per_layer != 0:
             continue
-        n_layers = r["sparse_linears"] // 6
+        n_layers = r["sparse_linears"] // per_layer
         dense_ms = rows[f"dense-{r['precision']}"]["median_ms"]
         dense_layer = (k["xnn_f32_us"] if r["precision"] == "fp32" else k["xnn_qd8_us"])["median"] / 1000
         sparse_layer = k["us"]["median"] / 1000

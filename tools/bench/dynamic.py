@@ -35,7 +35,8 @@ reuses trained models and bundles.
 
     nice -n 10 python tools/bench/dynamic.py --teacher sst2=/tmp/dyn/ft-sst2 --cases sst2 --workdir /tmp/dyn/bench
 
-The SST-2 teacher of the sst2-8k-val cases is the quick preset's fine-tune (what ``compress --preset quick`` runs):
+The SST-2 teacher of the sst2-8k-val cases has the quick preset's fine-tuning settings (``compress --preset quick``
+draws its 25,600 rows from the training split less its 1,000 validation rows, so its model differs):
 
     edgenlp finetune minilm-l6 --task sst2 --method learner --train-limit 25600 --max-steps 800 \
         --priming-steps 100 --max-seq-len 64 --out /tmp/sst2/ft

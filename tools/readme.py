@@ -223,7 +223,8 @@ def fresh_clone_setup(r: Results) -> str:
     cores = f", {d['cores']} cores" if d.get("cores") else ""
     text = (f"In a fresh clone (`tools/bench/results/fresh-clone.json`, {d['date']}, commit {str(d['commit'])[:12]}; "
             f"{d['host']}{cores}, ISA flags {d['isa_flags']}), one step after the other: {timed}.")
-    if r.has("fresh-clone-suite") and r("fresh-clone-suite").get("suite_s") is not None:
+    later = r.has("fresh-clone-suite") and r("fresh-clone-suite").get("date", "") > d["date"]  # ("YYYY-MM-DD HH:MM UTC")
+    if later and r("fresh-clone-suite").get("suite_s") is not None:
         t = r("fresh-clone-suite")  # the suite alone, timed again after later changes
         text += (f" The test suite alone, timed later in another fresh clone (`fresh-clone-suite.json`, {t['date']}, commit "
                  f"{str(t['commit'])[:12]}; {t['host']}, ISA flags {t['isa_flags']}): set-up {minsec(t['setup_s'])}, "

@@ -465,12 +465,14 @@ def export_bundle(
                 log.info("quantizing the ONNX model with ONNX Runtime's tools")
                 t0 = time.perf_counter()
                 data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
-                if quant.config.embeddings is not None and not dynamic:
-                    data = _onnx_word_table(data, model, quant)
+                if quant.config.embeddings is not None:
+                    data = _onnx_word_table(data, model.base if dynamic else model, quant)
                 stages["onnx_quantize"] = time.perf_counter() - t0
             (tmp / "model.onnx").write_bytes(data)
             if dynamic:
                 files, donnx = seg.to_onnx_segments(fp32_model, max_seq_len=config.max_seq_len, quant=quant)
+                if quant is not None and quant.config.embeddings is not None:  # the embedding segment's table too
+                    files[seg.EMBED_ONNX] = _onnx_word_table(files[seg.EMBED_ONNX], model.base, quant)
                 for name, blob in files.items():
                     (tmp / name).write_bytes(blob)
             artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}

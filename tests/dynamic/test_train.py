@@ -472,3 +472,23 @@ def test_token_pruning_models_get_finer_default_buckets():
     assert default_buckets(ltp, 64) == (16, 32, 64)
     assert default_buckets(exits, 128) == (16, 32, 64, 128)
     assert default_buckets(model, 128) == (16, 32, 64, 128)
+
+
+def test_a_quantized_word_table_reaches_the_dynamic_onnx_files(tiny_dynamic_dir, tmp_path):
+    """``embeddings`` int8 on a dynamic bundle: model.onnx and the embedding segment look words up in the int8 table,
+    as a static bundle's model.onnx does (no fp32 copy of the table left), and the ONNX parity gates still pass."""
+    import onnx
+
+    from edgenlp.export.api import ExportConfig, export_bundle
+    from edgenlp.export.segments import EMBED_ONNX
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+
+    model, info = load_model(tiny_dynamic_dir)
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8", embeddings="int8"))
+    b = export_bundle(qmodel, qinfo, tmp_path / "q", config=ExportConfig(formats=("onnx",), max_seq_len=16, buckets=(16,)))
+    table = (qmodel.quantization.source.shape.vocab_size, qmodel.quantization.source.shape.hidden)
+    for name in ("model.onnx", EMBED_ONNX):
+        kinds = {t.data_type for t in onnx.load(str(b.path / name)).graph.initializer if tuple(t.dims) == table}
+        assert kinds == {onnx.TensorProto.INT8}, (name, kinds)
+    assert b.manifest["parity"]["onnx"]["passed"] and b.manifest["dynamic"]["parity"]["onnx"]["passed"]

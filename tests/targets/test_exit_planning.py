@@ -142,7 +142,7 @@ def test_compress_options_are_checked():
     from edgenlp.cli import main
     from edgenlp.compress.config import CompressConfig
 
-    with pytest.raises(ValueError, match="dynamic must be one of auto, off"):
+    with pytest.raises(ValueError, match="dynamic must be one of auto, joint, off"):
         CompressConfig(dynamic="on")
     with pytest.raises(ValueError, match="latency_stat must be one of"):
         CompressConfig(latency_stat="p50")

@@ -66,8 +66,9 @@ def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn
 
 
 def test_dynamic_joint_trains_the_backbone_with_the_exits(tmp_path, tiny_model_dir, dyn_task_dir, quick_tiny):
-    """``--dynamic joint``: the exits stage's model has a backbone trained with its exits (the static path changed),
-    its drop is still held against the fine-tuned model, and a pruned candidate's exits train jointly too."""
+    """``--dynamic joint``: the exits stage's model has a backbone trained with its exits (the static path changed;
+    the report keeps the static accuracy from before the joint training, the reference of the drop, beside the one
+    after it), and a pruned candidate's exits train jointly too."""
     import torch
     from safetensors.torch import load_file
 

@@ -1586,8 +1586,8 @@ def sparse_bundles_amd_vnni(r: Results) -> str:
             Every call of a sparse op first checks the packed weights it is handed (a corrupted bundle must fail the call,
             not read out of bounds). That check used to take an integer division per block: at short inputs it cost
             as much as the int8 kernel itself, and the kernel bench, which calls the kernels directly, never paid it.
-            It is now a vectorized scan (an OR and a max over the columns), and the bundles above were timed with it. What is left between a bundle and its bound is the integration:
-            24 more XNNPACK calls per forward (the graph is cut around each op), activations quantized once per op, weights
+            It is now a vectorized scan (an OR and a max over the columns), and the bundles above were timed with it.
+            What is left between a bundle and its bound is the integration: 24 more XNNPACK calls per forward (the graph is cut around each op), activations quantized once per op, weights
             that arrive cold. The bound itself settles the targets of issue 23 on this host: the encoder linears are
             only part of a dense bundle's time (the share column), so even at the kernel bench's speed the int8 bundle
             cannot reach 1.6× at 70% or 3× at 90%; fp32 at 90% is the one target within its bound."""),

@@ -457,6 +457,7 @@ def export_bundle(
             # model.onnx is the static program: the base model's graph, so its linears keep their names (the
             # quantizer finds them by name; the segments below carry the exits)
             res = to_onnx(fp32_model.base if dynamic else fp32_model, max_seq_len=config.max_seq_len)
+            word_table = quant is not None and quant.config.embeddings is not None  # the quantized model's own table
             data = res.data
             stages["onnx_export"] = res.seconds
             if quant is not None:
@@ -465,13 +466,13 @@ def export_bundle(
                 log.info("quantizing the ONNX model with ONNX Runtime's tools")
                 t0 = time.perf_counter()
                 data = quantize_onnx(data, quant.bits, group_size=quant.config.group_size)
-                if quant.config.embeddings is not None:
+                if word_table:
                     data = _onnx_word_table(data, model.base if dynamic else model, quant)
                 stages["onnx_quantize"] = time.perf_counter() - t0
             (tmp / "model.onnx").write_bytes(data)
             if dynamic:
                 files, donnx = seg.to_onnx_segments(fp32_model, max_seq_len=config.max_seq_len, quant=quant)
-                if quant is not None and quant.config.embeddings is not None:  # the embedding segment's table too
+                if word_table:  # the embedding segment's table too
                     files[seg.EMBED_ONNX] = _onnx_word_table(files[seg.EMBED_ONNX], model.base, quant)
                 for name, blob in files.items():
                     (tmp / name).write_bytes(blob)

@@ -159,8 +159,9 @@ def verdict(rows: dict) -> list[str]:
     return out
 
 
-def kernel_bounds(rows: dict, kernels: dict, *, seq: int, block: str) -> dict:
-    """Per sparse bundle, its kernel-bench bound (see the module docstring) from a ``sparse_kernels.py`` results doc."""
+def kernel_bounds(rows: dict, kernels: dict, *, seq: int, block: str, file: str) -> dict:
+    """Per sparse bundle, its kernel-bench bound (see the module docstring) from a ``sparse_kernels.py`` results doc
+    (read from ``file``)."""
     layers = {(r["precision"], r["block"], round(float(r["sparsity"]), 4)): r
               for r in kernels["analysis"]["layer"] if r["m"] == seq}
     per_layer = len(kernels["layer"])  # the linears the kernel bench times as one encoder layer
@@ -179,8 +180,9 @@ def kernel_bounds(rows: dict, kernels: dict, *, seq: int, block: str) -> dict:
         out[name] = {"bound_ms": round(bound_ms, 3), "bound_speedup": round(dense_ms / bound_ms, 3),
                      "linears_share_of_dense": round(n_layers * dense_layer / dense_ms, 3),
                      "kernel_layer_speedup": round(dense_layer / sparse_layer, 3),
-                     "over_bound_ms": round(r["median_ms"] - bound_ms, 3)}
-    return {"file": kernels.get("_path"), "date": (kernels.get("conditions") or {}).get("date"),
+                     "over_bound_ms": round(r["median_ms"] - bound_ms, 3),
+                     "measured_speedup": round(dense_ms / r["median_ms"], 3)}
+    return {"file": file, "date": (kernels.get("conditions") or {}).get("date"),
             "host": (kernels.get("host") or {}).get("isa"), "seq": seq, "bundles": out}
 
 
@@ -224,11 +226,8 @@ def main(argv=None) -> int:
     doc = {"seq": args.seq, "threads": args.threads, "runs": args.runs, "block": args.block, "bundles": rows,
            "load": {"before": before, "after": load_average()}, "verdict": verdict(rows)}
     if args.kernels is not None:
-        kernels = json.loads(args.kernels.read_text())
-        kernels["_path"] = args.kernels.name
-        doc["kernel_bound"] = kernel_bounds(rows, kernels, seq=args.seq, block=args.block)
-        for name, r in doc["kernel_bound"]["bundles"].items():
-            r["measured_speedup"] = round(rows[f"dense-{rows[name]['precision']}"]["median_ms"] / rows[name]["median_ms"], 3)
+        doc["kernel_bound"] = kernel_bounds(rows, json.loads(args.kernels.read_text()), seq=args.seq, block=args.block,
+                                            file=args.kernels.name)
     res.write(Path(args.out), doc, markdown(doc))
     print(markdown(doc))
     return 0

@@ -22,7 +22,8 @@ Manifest keys (``format_version`` 1)::
     inputs      [{name, dtype, shape}]   ("seq" is the variable dimension)
     outputs     [{name, dtype, shape}]
     artifacts   {"pte": {file, methods[{name, seq_len, delegate_calls, ...}], backend, ...},
-                 "onnx": {file, opset, dynamic_axes, op_counts, ...}}
+                 "onnx": {file, opset, dynamic_axes, op_counts, ...[, shared_weights{file, bytes,
+                          bytes_inline_before, tensors, unique_tensors}] (dynamic bundles)}}
     files       {filename: sha256}   every file but manifest.json
     sizes       {filename: bytes}
     applied     [{step, version, config{type, version, ...}, result{...}}]   the typed recipe
@@ -47,7 +48,9 @@ program sharing one copy of the weights (``sizes["model.pte"]`` stays within a
 few percent of the static program's plus the exit heads). ONNX gets one file
 per segment beside the static ``model.onnx``: ``model.embed.onnx`` and
 ``model.seg<k>.onnx``, batch 1 and a dynamic ``seq`` axis (any length, no
-buckets)::
+buckets). The ONNX files keep their weights in one external-data file,
+``model.onnx.data``, each weight once (``artifacts.onnx.shared_weights``;
+load them from the bundle folder)::
 
     dynamic {
       version     1

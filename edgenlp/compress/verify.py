@@ -12,20 +12,38 @@ log = logging.getLogger(__name__)
 # The file each runtime loads: a target's size budget is reported on its preferred runtime's file and
 # checked on every one of them (a bundle ships all its artifacts; each must fit where it is deployed).
 RUNTIME_ARTIFACT = {"executorch": "model.pte", "onnx": "model.onnx", "native": "model.pte"}
+ONNX_SET = "model.onnx+segments"  # a dynamic bundle's ONNX files and their shared weights, counted together
+
+
+def runtime_artifacts(sizes: dict[str, int]) -> dict[str, int]:
+    """``{label: bytes}`` that each runtime loads, from the manifest's ``{file: bytes}``.
+
+    ``model.pte`` alone for ExecuTorch and the native runtime. For ONNX Runtime,
+    ``model.onnx`` when it is the only ONNX file; a dynamic bundle's ONNX side
+    is ``model.onnx`` with its segment files and their shared ``model.onnx.data``,
+    all needed at once, so it is counted as one artifact labelled ``ONNX_SET``.
+    """
+    out = {f: sizes[f] for f in ("model.pte",) if f in sizes}
+    onnx = sorted(f for f in sizes if f.endswith((".onnx", ".onnx.data")))
+    if onnx:
+        out["model.onnx" if onnx == ["model.onnx"] else ONNX_SET] = sum(sizes[f] for f in onnx)
+    return out
 
 
 def size_check(sizes: dict[str, int], *, budget_mb: float | None, predicted_mb: float, runtime: str) -> dict:
     """The size budget against every runtime artifact in ``sizes`` (the manifest's ``{file: bytes}``).
 
-    ``measured`` is the file ``runtime`` loads, as before; ``artifacts`` lists
-    every runtime file's size, and the check passes only when each of them
-    fits ``budget_mb`` (``over_budget`` names those that do not).
+    ``measured`` is what ``runtime`` loads, as before; ``artifacts`` lists every
+    runtime's bytes (:func:`runtime_artifacts`), and the check passes only when
+    each of them fits ``budget_mb`` (``over_budget`` names those that do not).
     """
+    loads = runtime_artifacts(sizes)
     artifact = RUNTIME_ARTIFACT.get(runtime, "model.pte")
-    files = sorted({f for f in RUNTIME_ARTIFACT.values() if f in sizes})
-    artifacts = {f: round(sizes[f] / 1e6, 3) for f in files}
-    over = [f for f in files if budget_mb is not None and artifacts[f] > budget_mb]
-    return {"budget": budget_mb, "measured": round(sizes.get(artifact, 0) / 1e6, 3), "predicted": predicted_mb,
+    if artifact == "model.onnx" and ONNX_SET in loads:
+        artifact = ONNX_SET
+    artifacts = {f: round(b / 1e6, 3) for f, b in sorted(loads.items())}
+    over = [f for f in artifacts if budget_mb is not None and artifacts[f] > budget_mb]
+    return {"budget": budget_mb, "measured": artifacts.get(artifact, 0.0), "predicted": predicted_mb,
             "artifact": artifact, "artifacts": artifacts, "over_budget": over, "passed": not over}
 
 

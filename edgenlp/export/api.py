@@ -477,6 +477,10 @@ def export_bundle(
                 for name, blob in files.items():
                     (tmp / name).write_bytes(blob)
             artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
+            if dynamic:  # the static program and the segments hold the same weights: one copy for all of them
+                from edgenlp.export.onnx import share_weights
+
+                artifacts["onnx"]["shared_weights"] = share_weights(tmp, ["model.onnx", *files]).manifest_entry()
             seconds["onnx"] = res.seconds + stages.get("onnx_quantize", 0.0)
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")

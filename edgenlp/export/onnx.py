@@ -144,3 +144,74 @@ def linear_nodes(proto) -> dict[str, str]:
         if len(names) >= 2:
             out[names[-2]] = node.name
     return out
+
+
+# --------------------------------------------------------------------------- one weight file for several models
+
+SHARED_WEIGHTS = "model.onnx.data"
+
+
+@dataclass(frozen=True)
+class SharedWeights:
+    """What :func:`share_weights` did: bytes before (inline in every file) and after (one copy each)."""
+
+    file: str
+    inline_bytes: int
+    shared_bytes: int
+    tensors: int
+    unique: int
+
+    def manifest_entry(self) -> dict:
+        return {"file": self.file, "bytes_inline_before": self.inline_bytes, "bytes": self.shared_bytes,
+                "tensors": self.tensors, "unique_tensors": self.unique}
+
+
+def share_weights(folder, names, *, data_file: str = SHARED_WEIGHTS, min_bytes: int = 1024) -> SharedWeights:
+    """Move the initializers of the ONNX files ``names`` in ``folder`` into one external file, each byte string once.
+
+    A dynamic bundle ships the static ``model.onnx`` and a file per segment;
+    every linear's weights (quantized the same way) sit in two of them. Here
+    each initializer of at least ``min_bytes`` raw bytes is looked up by content
+    (sha256): the first time it is written to ``data_file``, 64-byte aligned
+    (4 KiB from 1 MiB up, so ONNX Runtime can map it), and every file then
+    points at that one copy through ONNX's external-data fields
+    (``location``, ``offset``, ``length``, relative to the model's folder).
+    ONNX Runtime and ``onnx.load`` read such files from their path; the files
+    are rewritten in place and must be loaded from ``folder``.
+    """
+    import hashlib
+    from pathlib import Path
+
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    folder = Path(folder)
+    where: dict[bytes, tuple[int, int]] = {}
+    inline = tensors = 0
+    protos = {}
+    with open(folder / data_file, "wb") as out:
+        for name in names:
+            proto = onnx.load(str(folder / name), load_external_data=False)
+            for t in proto.graph.initializer:
+                if t.data_location == onnx.TensorProto.EXTERNAL or len(t.raw_data) < min_bytes:
+                    continue
+                raw = t.raw_data
+                key = hashlib.sha256(raw).digest() + len(raw).to_bytes(8, "little")
+                if key not in where:
+                    align = 4096 if len(raw) >= 1 << 20 else 64
+                    out.write(b"\0" * (-out.tell() % align))
+                    where[key] = (out.tell(), len(raw))
+                    out.write(raw)
+                offset, length = where[key]
+                inline += length
+                tensors += 1
+                set_external_data(t, location=data_file, offset=offset, length=length)  # wants raw_data still there
+                t.ClearField("raw_data")
+                t.data_location = onnx.TensorProto.EXTERNAL
+            protos[name] = proto
+        shared = out.tell()
+    for name, proto in protos.items():
+        (folder / name).write_bytes(proto.SerializeToString())
+    log.info("ONNX weights: %.1f MB in %d files -> one copy each, %.1f MB in %s", inline / 1e6, len(protos), shared / 1e6,
+             data_file)
+    return SharedWeights(data_file, inline, shared, tensors, len(where))

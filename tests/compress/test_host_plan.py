@@ -157,3 +157,15 @@ def test_size_budget_holds_for_every_artifact_of_the_bundle():
     assert size_check(sizes, budget_mb=30.0, predicted_mb=13.9, runtime="onnx")["passed"]
     assert size_check(sizes, budget_mb=None, predicted_mb=13.9, runtime="executorch")["passed"]
     assert size_check({"model.pte": 20_000_000}, budget_mb=25.0, predicted_mb=19.0, runtime="onnx")["artifacts"] == {"model.pte": 20.0}
+
+
+def test_size_budget_counts_a_dynamic_bundles_onnx_files_together():
+    """A dynamic bundle's ONNX Runtime side needs model.onnx, every segment file and their shared weights at once."""
+    from edgenlp.compress.verify import ONNX_SET, size_check
+
+    sizes = {"model.pte": 9_000_000, "model.onnx": 400_000, "model.embed.onnx": 30_000, "model.seg0.onnx": 60_000,
+             "model.seg1.onnx": 50_000, "model.onnx.data": 9_500_000, "vocab.txt": 231_508}
+    c = size_check(sizes, budget_mb=10.0, predicted_mb=8.9, runtime="executorch")
+    assert c["artifacts"] == {ONNX_SET: 10.04, "model.pte": 9.0} and c["over_budget"] == [ONNX_SET] and not c["passed"]
+    onnx = size_check(sizes, budget_mb=10.5, predicted_mb=8.9, runtime="onnx")
+    assert onnx["artifact"] == ONNX_SET and onnx["measured"] == 10.04 and onnx["passed"]

@@ -148,6 +148,34 @@ def test_each_segment_is_one_delegate_call_and_weights_are_stored_once(tiny_dyna
     assert b.manifest["sizes"]["model.pte"] <= 1.05 * static + heads, (b.manifest["sizes"]["model.pte"], static, heads)
 
 
+
+def test_dynamic_onnx_files_store_each_weight_once(tiny_dynamic_bundle, tiny_static_bundle):
+    """model.onnx and the segment files point into one model.onnx.data; every static weight is one the segments read
+    too, so the ONNX side weighs about what a static bundle's model.onnx does plus the exit heads."""
+    import onnx
+
+    b = Bundle.open(tiny_dynamic_bundle)
+    shared = b.manifest["artifacts"]["onnx"]["shared_weights"]
+    files = ["model.onnx", b.manifest["dynamic"]["embedding"]["onnx"], *(s["onnx"] for s in b.manifest["dynamic"]["segments"])]
+    spans = {}
+    for f in files:
+        for t in onnx.load(str(b.path / f), load_external_data=False).graph.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                ext = {e.key: e.value for e in t.external_data}
+                assert ext["location"] == shared["file"] == "model.onnx.data"
+                spans.setdefault(f, set()).add((int(ext["offset"]), int(ext["length"])))
+            else:
+                assert len(t.raw_data) < 1024, (f, t.name)  # only small tensors stay inline
+    assert spans["model.onnx"] <= set().union(*(spans[f] for f in files[1:]))
+    assert b.manifest["sizes"][shared["file"]] == shared["bytes"] < shared["bytes_inline_before"]
+    static = Bundle.open(tiny_static_bundle).manifest["sizes"]["model.onnx"]
+    heads = sum(p.numel() * 4 for p in __import__("edgenlp.dynamic.api", fromlist=["x"]).load_dynamic(
+        b.manifest["model"]["source"]).exit_heads.parameters())
+    onnx_bytes = sum(n for f, n in b.manifest["sizes"].items() if f.endswith((".onnx", ".onnx.data")))
+    assert onnx_bytes <= 1.1 * static + heads, (onnx_bytes, static, heads)
+    assert b.manifest["parity"]["onnx"]["passed"] and b.manifest["dynamic"]["parity"]["onnx"]["passed"]
+
+
 def test_manifest_records_segments_rule_and_thresholds(tiny_dynamic_bundle):
     b = Bundle.open(tiny_dynamic_bundle)
     d, entry = b.manifest["dynamic"], b.dynamic

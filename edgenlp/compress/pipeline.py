@@ -82,20 +82,32 @@ class CompressResult:
 # --------------------------------------------------------------------------- inputs
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime) -> sha256, so a file is hashed once per process
+
+
 def file_key(path: str | Path) -> dict:
-    """What identifies a file's content cheaply for a stage fingerprint: path, size, mtime."""
+    """What identifies a file's content for a stage fingerprint and the measured-candidate cache: name, size, sha256.
+
+    By content, not by path or modification time: a data set copied, mounted
+    again or touched keeps its stages and its measured rows.
+    """
+    from edgenlp.utils import sha256_file
+
     p = Path(path)
     st = p.stat()
-    return {"path": str(p.resolve()), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    memo = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    if memo not in _DIGESTS:
+        _DIGESTS[memo] = sha256_file(p)
+    return {"name": p.name, "bytes": st.st_size, "sha256": _DIGESTS[memo]}
 
 
 def model_key(spec: str) -> dict:
-    """A registered model name as is; a model directory by its config and weight files."""
+    """A registered model name as is; a model directory by the content of its config and weight files."""
     p = Path(spec)
     if not p.is_dir():
         return {"name": spec}
     files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix in (".json", ".safetensors", ".bin"))
-    return {"dir": str(p.resolve()), "files": [file_key(f) for f in files]}
+    return {"files": [file_key(f) for f in files]}
 
 
 def check_model(spec: str) -> None:
@@ -330,17 +342,19 @@ class Compressor:
     # -- stage 3: plan
     def plan(self, ft: StageRecord, attempt: int, excluded: list[dict], ex: StageRecord | None = None) -> StageRecord:
         from edgenlp.compress.measured import recalled
-        from edgenlp.compress.planning import plan_for_compress
+        from edgenlp.compress.planning import plan_for_compress, trimmed_vocab_size
 
         def run(tmp: Path) -> dict:
             from edgenlp.models.registry import load_model
             from edgenlp.utils import atomic_write_json
 
-            model, _ = load_model(ft.path / "model", labels=self.data.labels)
+            model, info = load_model(ft.path / "model", labels=self.data.labels)
+            # a trimmed table keeps the tokens of the rows the quantize step trims on (self.tuning)
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
                                     preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
                                     objective=self.config.objective, measure=self.config.measure,
-                                    measured=recalled(self.measured_key()), exit_stats=self.exit_stats(ex))
+                                    measured=recalled(self.measured_key()), exit_stats=self.exit_stats(ex),
+                                    trimmed_vocab_size=trimmed_vocab_size(info, self.tuning))
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
                     "shortlist": doc["shortlist"], "why": doc.get("why")}
@@ -353,7 +367,7 @@ class Compressor:
                   "excluded": excluded, "max_drop": self.config.max_drop, "objective": self.config.objective,
                   "measure": self.config.measure,
                   "prune_budgets": self.preset.prune_budget_map(),
-                  "cost_tables": [file_key(p) for p in cost_table_sources(self.target)]}
+                  "cost_tables": [{"path": str(Path(p).resolve()), **file_key(p)} for p in cost_table_sources(self.target)]}
         upstream = (ft,) if ex is None else (ft, ex)
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=upstream))
 

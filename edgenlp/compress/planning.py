@@ -83,7 +83,7 @@ def is_excluded(c: Mapping[str, Any], rules: list[Mapping[str, Any]]) -> bool:
 
 def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, excluded: list, task,
                       max_drop: float | None = None, objective: str = "latency", measure: int = 1,
-                      measured: list[dict] | None = None, exit_stats=None) -> dict:
+                      measured: list[dict] | None = None, exit_stats=None, trimmed_vocab_size: int | None = None) -> dict:
     """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate.
 
     The accuracy prior counts only rows measured at the budgets the preset
@@ -95,7 +95,9 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     earlier run built and measured for this model and task) replace the
     prior's drop for those candidates. With ``exit_stats``
     (:class:`~edgenlp.targets.costmodel.ExitStats` measured for this model),
-    every candidate is offered with early exits too. Static fp32 / int8
+    every candidate is offered with early exits too. ``trimmed_vocab_size``:
+    the word-table rows a trimmed vocabulary keeps for this task (what the
+    quantize step will keep; without it the planner's prior share). Static fp32 / int8
     candidates are also offered block-sparse at each fraction of zero blocks
     the prior measured at the preset's ``sparsify`` budget, where the cost
     model can price the sparse kernels on ``target``.
@@ -123,7 +125,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
 
         raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
     result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name,
-                  accuracy_model=acc, objective=objective, exit_stats=exit_stats)  # fmt: skip
+                  accuracy_model=acc, objective=objective, exit_stats=exit_stats,
+                  trimmed_vocab_size=trimmed_vocab_size)  # fmt: skip
     def doc(point) -> dict:
         cand, pred, drop, fits = point
         return {"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
@@ -142,7 +145,20 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
                       "methods_without_rows": unmeasured, "block_sparsities_offered": list(blocks),
                       "tolerance_points": round(acc.tolerance(max_drop), 4)},
             "not_offered": len(result.not_offered), "latency_stat": budgets.latency_stat,
+            "trimmed_vocab_size": trimmed_vocab_size,
             "exit_stats": exit_stats.to_dict() if exit_stats is not None else None}
+
+
+def trimmed_vocab_size(info, task) -> int:
+    """How many word-table rows trimming keeps for ``task``: every token of its training texts plus the specials.
+
+    The quantize step keeps exactly these (:func:`edgenlp.models.vocab.kept_token_ids`
+    on the same texts), so a trimmed candidate's size is priced on its real table.
+    """
+    from edgenlp.models.tokenizer import build_tokenizer
+    from edgenlp.models.vocab import kept_token_ids
+
+    return len(kept_token_ids(build_tokenizer(info.vocab_file, info.tokenizer), task.train.texts))
 
 
 def _cand(c) -> dict:

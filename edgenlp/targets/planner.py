@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 PRUNE_METHODS = ("cofi", "fast", "importance")
 SPARSE_PRECISIONS = tuple(MIN_SPARSITY)  # the block-sparse kernels' precisions (fp32, int8)
 EMBEDDINGS = (None, "int8", "int4")
-TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2 train: ~0.45)
+TRIM_PRIOR = 0.5  # fraction of the vocabulary a task keeps when trimmed, when the task's count is not given (SST-2: 0.38, 11,575 rows)
 
 
 class BudgetError(EdgeNLPError):
@@ -476,7 +476,7 @@ def exits_prediction(static: Prediction, stats, *, statistic: str) -> Prediction
 def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: AccuracyModel | None = None,
          space: SearchSpace | list[Candidate] | None = None, shape: EncoderShape | None = None, num_labels: int = 2,
          max_drop: float | None = None, task: str | None = None, objective: str = "latency",
-         latency_tolerance: float | None = None, exit_stats=None) -> Plan:  # fmt: skip
+         latency_tolerance: float | None = None, exit_stats=None, trimmed_vocab_size: int | None = None) -> Plan:  # fmt: skip
     """The best candidate on ``objective`` among those that meet every budget and the accuracy bound (:func:`choose`).
 
     ``cost_model`` defaults to :meth:`CostModel.for_target`, ``accuracy_model``
@@ -486,7 +486,10 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     out candidates predicted to lose more; ``objective`` is ``latency``
     (default: the fastest, ties within the cost model's error broken by size),
     ``accuracy`` or ``size``; ``latency_tolerance`` overrides the cost model's
-    :meth:`~edgenlp.targets.costmodel.CostModel.ranking_tolerance`. A candidate
+    :meth:`~edgenlp.targets.costmodel.CostModel.ranking_tolerance`;
+    ``trimmed_vocab_size`` is how many word-table rows a trimmed candidate
+    keeps (the task's tokens; default the space's, else
+    :data:`TRIM_PRIOR` of the vocabulary). A candidate
     the prior has no measured row for (a pruning method without rows at its
     budget, a precision without a row) is not offered (``Plan.not_offered``);
     an interpolated or extrapolated pruning point is offered and labelled so
@@ -509,9 +512,11 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     shape = shape or MINILM_L6
     if isinstance(space, SearchSpace) or space is None:
         space = space or SearchSpace()
-        candidates, trimmed = space.candidates(shape.num_layers), space.trimmed_vocab_size
+        candidates, trimmed = space.candidates(shape.num_layers), trimmed_vocab_size or space.trimmed_vocab_size
     else:
-        candidates, trimmed = list(space), None
+        candidates, trimmed = list(space), trimmed_vocab_size
+    if trimmed is not None and trimmed < 1:
+        raise ValueError(f"trimmed_vocab_size must be positive, got {trimmed}")
     if budgets.threads > target.cores:
         raise EdgeNLPError(f"{target.name} has {target.cores} cores; threads {budgets.threads} is out of range")
     if budgets.seq_len > shape.max_positions:

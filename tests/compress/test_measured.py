@@ -72,6 +72,32 @@ def test_measurements_are_cached_per_model_task_and_finetuning(tmp_path):
     assert cache_rows(key, path) == []  # a row without a finite drop is ignored
 
 
+
+def test_inputs_are_keyed_by_content_not_by_path_or_time(tmp_path):
+    """The data set copied elsewhere or touched keeps its key (so its stages and measured rows); one byte changed
+    does not."""
+    import os
+
+    from edgenlp.compress.pipeline import file_key, model_key
+
+    a = tmp_path / "a" / "train.tsv"
+    a.parent.mkdir()
+    a.write_text("sentence\tlabel\ngood\t1\n")
+    key = file_key(a)
+    b = tmp_path / "b" / "train.tsv"
+    b.parent.mkdir()
+    b.write_bytes(a.read_bytes())
+    os.utime(a, ns=(1, 1))
+    assert file_key(a) == file_key(b) == key
+    a.write_text("sentence\tlabel\ngood\t0\n")
+    assert file_key(a) != key and file_key(a)["bytes"] == key["bytes"]
+    (tmp_path / "a" / "config.json").write_text("{}")
+    (tmp_path / "b" / "config.json").write_text("{}")
+    assert model_key(str(tmp_path / "b")) == model_key(str(tmp_path / "a"))  # a model directory: its files' content
+    (tmp_path / "b" / "config.json").write_text('{"hidden": 8}')
+    assert model_key(str(tmp_path / "b")) != model_key(str(tmp_path / "a"))
+
+
 @pytest.fixture(scope="module")
 def planned():
     from edgenlp.compress.planning import load_target, resolve_budgets
@@ -149,3 +175,30 @@ def test_measure_zero_is_one_error_line():
     assert r.exit_code == 2
     lines = [x for x in r.output.splitlines() if x.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and "measure" in lines[0], r.output
+
+
+def test_trimmed_candidates_are_priced_on_the_tasks_own_table(planned):
+    """With the task's kept-token count, a trimmed candidate's predicted size shrinks by exactly the rows it does not
+    keep (at its table's precision); untrimmed candidates do not move. Without it the planner's prior share holds."""
+    from edgenlp.targets.costmodel import MINILM_L6
+    from edgenlp.targets.planner import TRIM_PRIOR
+
+    prior_rows = round(MINILM_L6.vocab_size * TRIM_PRIOR)
+    base = {json.dumps(c["candidate"], sort_keys=True): c for c in planned()["considered"]}
+    own = {json.dumps(c["candidate"], sort_keys=True): c for c in planned(trimmed_vocab_size=11575)["considered"]}
+    assert base.keys() == own.keys()
+    from edgenlp.models.arithmetic import weight_bytes
+
+    def table(rows: int, emb: str | None) -> float:  # one scale per row, as the quantizer stores the table
+        return weight_bytes(rows, MINILM_L6.hidden, {"int4": 4, "int8": 8, None: 32}[emb])
+
+    checked = set()
+    for key, c in base.items():
+        cand = c["candidate"]
+        saved = (c["predicted_size_mb"] - own[key]["predicted_size_mb"]) * 1e6  # MB of 10^6 bytes
+        if not cand["trim_vocab"]:
+            assert saved == 0
+        else:
+            assert saved == pytest.approx(table(prior_rows, cand["embeddings"]) - table(11575, cand["embeddings"])), cand
+            checked.add(cand["embeddings"])
+    assert checked >= {"int4", "int8"}

@@ -121,6 +121,22 @@ def test_size_by_hand(group, total):
     assert size_bytes(shape, bits="int4", embeddings="int8", num_labels=3, group_size=group) == total
 
 
+
+@pytest.mark.parametrize("embeddings", [None, "int8", "int4"])
+@pytest.mark.parametrize("bits", ["int8", "int4"])
+def test_size_is_what_the_quantizer_stores(bits, embeddings):
+    """The planner's size of an uneven shape equals the quantizer's own weight count for the same model: the word table
+    at one scale per row at int8 and int4 (a scale per group of 32 once overcounted an int4 table by 44 bytes a row)."""
+    from edgenlp.quantize.schemes import weight_bytes
+
+    shape = tiny_shape((4, 0, 2), (256, 64, 0))
+    model = EncoderClassifier(shape, 3)
+    linears = {n: {"int8": 8, "int4": 4}[bits] for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and m.weight.numel()}
+    assert size_bytes(shape, bits=bits, embeddings=embeddings, num_labels=3) == \
+        weight_bytes(model, linears, group_size=32, embeddings=embeddings)
+
+
 def _shrinks(shape):
     """Shapes with one fewer head or a narrower FFN in one layer, or one layer fewer."""
     for i in range(shape.num_layers):

@@ -318,14 +318,15 @@ def frontier(probe, model_dir: Path, *, x_ms: float, peer_ms: float, size_mb: fl
     predicted drop among those predicted to run within X (compressed with no
     accuracy limit). Each is then built and measured by ``compress`` itself.
     """
-    from edgenlp.compress.planning import plan_for_compress
+    from edgenlp.compress.planning import plan_for_compress, trimmed_vocab_size
     from edgenlp.models.registry import load_model
     from edgenlp.targets.target import Budgets
 
-    model, _ = load_model(model_dir, labels=probe.data.labels)
+    model, info = load_model(model_dir, labels=probe.data.labels)
     budgets = Budgets(size_mb=size_mb, seq_len=seq_len, threads=threads)
     doc = plan_for_compress(probe.target, budgets, shape=model.shape, num_labels=model.num_labels, preset=probe.preset,
-                            excluded=[], task=probe.data, max_drop=None)
+                            excluded=[], task=probe.data, max_drop=None,
+                            trimmed_vocab_size=trimmed_vocab_size(info, probe.tuning))
     cons = [c for c in doc["considered"] if size_mb is None or c["predicted_size_mb"] <= size_mb]
     accurate = [c for c in cons if c["predicted_drop"] <= max_drop]
     fast = [c for c in cons if c["predicted_latency_ms"] <= x_ms]

@@ -134,8 +134,8 @@ def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_l
                block_sparsity: float = 0.0) -> float:
     """The model file's weight bytes (what dominates a bundle's size).
 
-    The word table at ``embeddings`` (int4 with a scale per ``group_size``
-    columns of each row), the rest of the embeddings and every norm in fp32,
+    The word table at ``embeddings`` (one scale per row at int8 and int4, as
+    :func:`edgenlp.quantize.schemes.weight_bytes` stores it), the rest of the embeddings and every norm in fp32,
     each layer's linears at its precision (a removed block keeps its output
     bias; with ``block_sparsity``, a linear that runs the block-sparse op
     counts its packed arrays), the head at the dominant precision as a pooler
@@ -144,7 +144,7 @@ def size_bytes(shape: EncoderShape, *, bits: Bits, embeddings: str | None, num_l
     H = shape.hidden
     per = layer_bits(shape, bits)
     emb = PRECISION_BITS[embeddings or "fp32"]
-    total = float(arithmetic.weight_bytes(shape.vocab_size, H, emb, group_size=group_size if emb == 4 else None))
+    total = float(arithmetic.weight_bytes(shape.vocab_size, H, emb))  # per-row scales
     total += FP32_BYTES * float(arithmetic.embedding_params(shape) - shape.vocab_size * H)  # positions, token types, norm
 
     def linear(fin: int, fout: int, prec: str) -> float:

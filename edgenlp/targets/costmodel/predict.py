@@ -25,7 +25,11 @@ DEFAULT_PARALLEL = {"compute": 0.9, "vector": 0.7, "memory": 0.5, "call": 0.0}  
 
 @dataclass(frozen=True)
 class Prediction:
-    """Predicted cost of one candidate on one target. ``estimated`` marks transferred or assumed numbers."""
+    """Predicted cost of one candidate on one target. ``estimated`` marks transferred or assumed numbers.
+
+    ``size_mb`` is the model file's weights in MB of 10^6 bytes (what a size budget and a bundle's files are measured
+    in); ``peak_memory_mb`` is resident memory in MiB.
+    """
 
     latency_ms: float
     peak_memory_mb: float
@@ -445,7 +449,8 @@ class CostModel:
         if reference and self.is_host:
             bases.append("reference table measured on another host")
         estimated = estimated or reference or (not self.is_host and self.device_table is None)
-        return Prediction(sum(comps.values()), mem / 2**20, size / 2**20, estimated, comps, "; ".join(bases))
+        # size in MB of 10^6 bytes, as files, size budgets and the quantizer's --size-mb are measured; memory in MiB
+        return Prediction(sum(comps.values()), mem / 2**20, size / 1e6, estimated, comps, "; ".join(bases))
 
     def predict_bundle(self, bundle, *, seq_len: int, threads: int = 1) -> Prediction:
         """The prediction for a built bundle: its manifest's shape and the precision its recipe's quantize step records."""

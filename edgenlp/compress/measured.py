@@ -15,7 +15,9 @@ Every measured candidate is appended to a local cache
 (``<cache>/measured-candidates.json``, :func:`cache_path`) keyed by the
 model, the task's data and the fine-tuning config; the next ``compress`` of
 the same model and task plans with those measured drops in place of the
-prior's (:meth:`edgenlp.targets.prior.AccuracyModel.with_measured_candidates`).
+prior's (:meth:`edgenlp.targets.prior.AccuracyModel.with_measured_candidates`),
+and prices a pruning it has built on the shape it really had (heads and FFN
+width per layer), not on the nominal even shape.
 """
 
 from __future__ import annotations
@@ -113,7 +115,15 @@ def measure_candidate(bundle: Path, *, candidate: Mapping[str, Any], predicted: 
             "val_accuracy": float(acc["accuracy"]), "val_rows": int(acc.get("n", len(val))), "reference_val_accuracy": reference,
             "measured_drop": round(drop, 4), "measured_size_mb": size["measured"], "artifacts_mb": size["artifacts"],
             "real_shape_latency_ms": real["latency_ms"], "real_shape_memory_mb": real["peak_memory_mb"],
-            "fails": fails, "meets": not fails}
+            **built_shape(b.manifest), "fails": fails, "meets": not fails}
+
+
+def built_shape(manifest: Mapping[str, Any]) -> dict:
+    """``{"heads": [...], "ffn": [...]}`` per layer of a built bundle's encoder ({} when the manifest does not say)."""
+    shape = (manifest.get("model") or {}).get("shape") or {}
+    if not isinstance(shape.get("heads"), list) or not isinstance(shape.get("ffn"), list):
+        return {}
+    return {"heads": [int(h) for h in shape["heads"]], "ffn": [int(f) for f in shape["ffn"]]}
 
 
 def choose_measured(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str]:
@@ -174,12 +184,14 @@ def remember(key: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], *, sourc
     """Cache the measure stage's ``rows`` under ``key``; a cache that cannot be written costs the next run, not this one."""
     try:
         add_to_cache(key, [{"candidate": r["candidate"], "drop": r["measured_drop"], "val_rows": r["val_rows"],
-                            "source": source} for r in rows], path)
+                            "source": source, **{k: r[k] for k in ("heads", "ffn") if k in r}} for r in rows], path)
     except OSError as exc:
         log.warning("measured candidates not cached: %s", exc)
 
 
 def recalled(key: Mapping[str, Any], path: Path | None = None) -> list[dict]:
-    """The cached measurements under ``key`` as the planner takes them (``{"candidate", "drop", "source"}``)."""
-    return [{"candidate": r["candidate"], "drop": r["drop"], "source": r.get("source", "measured")}
+    """The cached measurements under ``key`` as the planner takes them (``{"candidate", "drop", "source"}``, and
+    ``heads`` / ``ffn`` per layer of the pruned model as built, when recorded)."""
+    return [{"candidate": r["candidate"], "drop": r["drop"], "source": r.get("source", "measured"),
+             **{k: r[k] for k in ("heads", "ffn") if isinstance(r.get(k), list)}}
             for r in cache_rows(key, path)]

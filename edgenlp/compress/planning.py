@@ -124,12 +124,15 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
         from edgenlp.errors import EdgeNLPError
 
         raise EdgeNLPError("every candidate of the search space was ruled out by earlier attempts")
+    built = built_shapes(measured or [])
     result = plan(target, budgets, shape=shape, num_labels=num_labels, space=space, max_drop=max_drop, task=task.name,
                   accuracy_model=acc, objective=objective, exit_stats=exit_stats,
-                  trimmed_vocab_size=trimmed_vocab_size)  # fmt: skip
+                  trimmed_vocab_size=trimmed_vocab_size, built_shapes=built)  # fmt: skip
     def doc(point) -> dict:
         cand, pred, drop, fits = point
-        return {"candidate": _cand(cand), "predicted_latency_ms": pred.latency_ms,
+        shape = "as built" if cand.prune_method and (cand.prune_method, round(float(cand.sparsity), 4)) in built else \
+            "nominal" if cand.prune_method else "unpruned"
+        return {"candidate": _cand(cand), "shape": shape, "predicted_latency_ms": pred.latency_ms,
                 "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
                 "predicted_drop": drop, "fits": bool(fits), "estimated": bool(pred.estimated),
                 "prior": point.prior.to_dict() if point.prior else None}  # fmt: skip
@@ -147,6 +150,17 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
             "not_offered": len(result.not_offered), "latency_stat": budgets.latency_stat,
             "trimmed_vocab_size": trimmed_vocab_size,
             "exit_stats": exit_stats.to_dict() if exit_stats is not None else None}
+
+
+def built_shapes(measured) -> dict[tuple[str, float], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``{(prune_method, sparsity): (heads, ffn)}`` from measured rows that recorded the pruned shape they were built
+    with (the latest row wins)."""
+    out = {}
+    for r in measured:
+        c = r.get("candidate") or {}
+        if c.get("prune_method") and isinstance(r.get("heads"), list) and isinstance(r.get("ffn"), list):
+            out[(c["prune_method"], round(float(c.get("sparsity", 0.0)), 4))] = (tuple(r["heads"]), tuple(r["ffn"]))
+    return out
 
 
 def trimmed_vocab_size(info, task) -> int:

@@ -202,3 +202,41 @@ def test_trimmed_candidates_are_priced_on_the_tasks_own_table(planned):
             assert saved == pytest.approx(table(prior_rows, cand["embeddings"]) - table(11575, cand["embeddings"])), cand
             checked.add(cand["embeddings"])
     assert checked >= {"int4", "int8"}
+
+
+def test_a_pruning_built_before_is_priced_on_the_shape_it_had(planned, tmp_path):
+    """`fast` keeps more heads than neurons: once a candidate of that pruning is built, the cache keeps its heads and
+    FFN per layer, and every candidate of the same pruning is priced on that shape (other prunings stay nominal)."""
+    import dataclasses
+
+    from edgenlp.compress.measured import recalled, remember
+    from edgenlp.compress.planning import load_target, resolve_budgets
+    from edgenlp.targets.costmodel import MINILM_L6, CostModel
+    from edgenlp.targets.planner import resolve_bits
+
+    heads, ffn = [12, 9, 7, 8, 1, 11], [1414, 1275, 716, 238, 169, 18]  # fast 50% on SST-2, as built
+    cand = {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": "int4", "trim_vocab": True}
+    row = {"candidate": cand, "measured_drop": 0.8, "val_rows": 1000, "heads": heads, "ffn": ffn}
+    key = {"model": {"name": "m"}, "data": {"task": "t"}, "finetune": {}, "seed": 0}
+    remember(key, [row], source="test", path=tmp_path / "cache.json")
+    measured = recalled(key, tmp_path / "cache.json")
+    assert measured[0]["heads"] == heads and measured[0]["ffn"] == ffn
+    base = {json.dumps(c["candidate"], sort_keys=True): c for c in planned()["considered"]}
+    built = {json.dumps(c["candidate"], sort_keys=True): c for c in planned(measured=measured)["considered"]}
+    target = load_target("pixel-7")
+    cm, budgets = CostModel.for_target(target), resolve_budgets(target)
+    moved = 0
+    for k, c in built.items():
+        cd = c["candidate"]
+        if (cd["prune_method"], cd["sparsity"]) == ("fast", 0.5):
+            assert c["shape"] == "as built"
+            if not cd.get("exits") and not cd.get("block_sparsity") and not cd["trim_vocab"]:
+                real = dataclasses.replace(MINILM_L6, heads=tuple(heads), ffn=tuple(ffn))
+                want = cm.predict(real, bits=resolve_bits(cd["bits"], 6), embeddings=cd["embeddings"],
+                                  seq_len=budgets.seq_len, threads=budgets.threads)
+                assert c["predicted_latency_ms"] == pytest.approx(want.latency_ms)
+                assert c["predicted_latency_ms"] > base[k]["predicted_latency_ms"]  # more heads: more attention
+                moved += 1
+        else:
+            assert c["shape"] in ("nominal", "unpruned") and c["predicted_latency_ms"] == base[k]["predicted_latency_ms"]
+    assert moved

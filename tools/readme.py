@@ -1648,7 +1648,13 @@ def sparsify_accuracy(r: Results) -> str:
 
     title = "**Accuracy after `sparsify`, as int8 bundles (issue 23, stage 2)**"
     body = mod.markdown(doc).split("\n", 1)[1]
-    return title + "\n" + body.rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+    out = title + "\n" + body.rstrip("\n") + "\n\n" + BenchResults.host_line(doc["host"])
+    if r.has("sparsify-accuracy-long"):  # the same method at a longer distillation budget, from another teacher
+        long = r("sparsify-accuracy-long")
+        body = mod.markdown(long).split("\n", 1)[1]
+        out += (f"\n\n**The same at {long['max_steps']} steps** (`sparsify-accuracy-long.json`)\n" + body.rstrip("\n")
+                + "\n\n" + BenchResults.host_line(long["host"]))
+    return out
 
 
 @section("sparse-kernels")

@@ -722,6 +722,21 @@ def compress_headline(r: Results) -> str:
     return "\n\n".join(blocks)
 
 
+HEADLINE_COLUMNS = (["program (alternating rounds, one process)", "median ms", "dev acc", "drop", "`model.pte`"],
+                    ["l", "r", "r", "r", "r"])
+
+
+def _headline_head(d: dict, name: str, sp: float, ref: float) -> str:
+    """The paragraph that opens a headline run's block: the target, the budgets, the model and the host."""
+    return paragraph(f"""
+        **The headline target** (`tools/bench/compress_headline.py`, `tools/bench/results/{name}.{{json,md}}`, {d['date']}):
+        `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}` at seq {d['seq_len']} / {d['threads']} thread, with X the
+        fastest peer's time divided by {sp:g}, measured in the same process, and a size budget of {d['size_fraction']:.0%} of the fp32
+        `model.pte`. SST-2, Learner-tuned MiniLM at {pct(ref)}%; every time is the median of {d['runs']} alternating rounds.
+        {host(d)}
+        {('Run notes: ' + d['note']) if d.get('note') else ''}""")
+
+
 def _peer_rows(d: dict, sp: float, fp32_name: str, ref: float) -> list[list[str]]:
     """The headline table's first rows: our fp32 bundle at the reference accuracy, then every peer (the fastest named)."""
     peers = d["peers_before"]
@@ -768,15 +783,9 @@ def headline_run(d: dict, name: str) -> str:
 
     rows.append(end_row("accuracy end", acc_end, bold_drop=True))
     rows.append(end_row("latency end", lat_end, bold_ms=True))
-    tab = table(["program (alternating rounds, one process)", "median ms", "dev acc", "drop", "`model.pte`"], ["l", "r", "r", "r", "r"], rows)
+    tab = table(*HEADLINE_COLUMNS, rows)
     failed_ms = _attempt_ms(l["attempts"])
-    head = paragraph(f"""
-        **The headline target** (`tools/bench/compress_headline.py`, `tools/bench/results/{name}.{{json,md}}`, {d['date']}):
-        `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}` at seq {d['seq_len']} / {d['threads']} thread, with X the
-        fastest peer's time divided by {sp:g}, measured in the same process, and a size budget of {d['size_fraction']:.0%} of the fp32
-        `model.pte`. SST-2, Learner-tuned MiniLM at {pct(ref)}%; every time is the median of {d['runs']} alternating rounds.
-        {host(d)}
-        {('Run notes: ' + d['note']) if d.get('note') else ''}""")
+    head = _headline_head(d, name, sp, ref)
     if "error" in a:
         acc_text = (f"Within {d['max_drop']:g} point and {d['size_fraction']:.0%} of the size there is no bundle: the only candidate"
                     f" predicted within the bound, {acc_end['candidate']} (predicted {acc_end['predicted_drop']:.2f}"
@@ -787,10 +796,10 @@ def headline_run(d: dict, name: str) -> str:
     attempts = (f" (the first {len(failed_ms)} attempts measured {' and '.join(num(x) for x in failed_ms)} ms and were re-planned)"
                 if failed_ms else "")
     own = d.get("compress", {})
-    tried = [(a.split(" (", 1)[1].split("):", 1)[0], ms) for a in own.get("attempts", [])
-             for ms in _attempt_ms([a])]  # the plan's picks that verification measured over X
+    tried = [(att.split(" (", 1)[1].split("):", 1)[0], ms) for att in own.get("attempts", [])
+             for ms in _attempt_ms([att])]  # the plan's picks that verification measured over X
     if tried:
-        picks = "; ".join(f"{c}, measured at {num(ms, 2)} ms" for c, ms in tried)
+        picks = "; ".join(f"{cand}, measured at {num(ms, 2)} ms" for cand, ms in tried)
         why = (f": the plan's pick was predicted within X, the size budget and the bound, but verification on the host"
                f" measured it over X ({picks}), and with no other candidate predicted to meet all three `compress`"
                " says so in one line. The benchmark then builds both ends of the trade-off for real")
@@ -819,16 +828,8 @@ def _headline_met(d: dict, name: str, sp: float, fp32_name: str) -> str:
     rows.append([f"`compress`: {chosen_label(c['compress_json']['chosen'])}", f"**{c['host_timing']['median_ms']:.2f}**",
                  f"{pct(c['measured'])}%", f"**{drop(c['drop_points'])}**",
                  f"{c['size_mb']:.1f} MB ({100 * c['size_mb'] / d['fp32_pte_mb']:.1f}%)"])
-    tab = table(["program (alternating rounds, one process)", "median ms", "dev acc", "drop", "`model.pte`"],
-                ["l", "r", "r", "r", "r"], rows)
-    ref = c["reference"]
-    head = paragraph(f"""
-        **The headline target** (`tools/bench/compress_headline.py`, `tools/bench/results/{name}.{{json,md}}`, {d['date']}):
-        `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}` at seq {d['seq_len']} / {d['threads']} thread, with X the
-        fastest peer's time divided by {sp:g}, measured in the same process, and a size budget of {d['size_fraction']:.0%} of the fp32
-        `model.pte`. SST-2, Learner-tuned MiniLM at {pct(ref)}%; every time is the median of {d['runs']} alternating rounds.
-        {host(d)}
-        {('Run notes: ' + d['note']) if d.get('note') else ''}""")
+    tab = table(*HEADLINE_COLUMNS, rows)
+    head = _headline_head(d, name, sp, c["reference"])
     checks = [c.get("latency_met"), c.get("size_met"), c.get("accuracy_met")]
     verdict = "met" if all(checks) else "not met, though `compress` passed its own verification"
     after = d.get("fastest_peer_ms_after")

@@ -469,18 +469,17 @@ def export_bundle(
                 if word_table:
                     data = _onnx_word_table(data, model.base if dynamic else model, quant)
                 stages["onnx_quantize"] = time.perf_counter() - t0
-            (tmp / "model.onnx").write_bytes(data)
+            artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
             if dynamic:
+                from edgenlp.export.onnx import share_weights
+
                 files, donnx = seg.to_onnx_segments(fp32_model, max_seq_len=config.max_seq_len, quant=quant)
                 if word_table:  # the embedding segment's table too
                     files[seg.EMBED_ONNX] = _onnx_word_table(files[seg.EMBED_ONNX], model.base, quant)
-                for name, blob in files.items():
-                    (tmp / name).write_bytes(blob)
-            artifacts["onnx"] = {"file": "model.onnx", **res.manifest_entry()}
-            if dynamic:  # the static program and the segments hold the same weights: one copy for all of them
-                from edgenlp.export.onnx import share_weights
-
-                artifacts["onnx"]["shared_weights"] = share_weights(tmp, ["model.onnx", *files]).manifest_entry()
+                # the static program and the segments hold the same weights: one copy for all of them
+                artifacts["onnx"]["shared_weights"] = share_weights(tmp, {"model.onnx": data, **files}).manifest_entry()
+            else:
+                (tmp / "model.onnx").write_bytes(data)
             seconds["onnx"] = res.seconds + stages.get("onnx_quantize", 0.0)
         (tmp / "vocab.txt").write_bytes(Path(info.vocab_file).read_bytes())
         (tmp / "labels.json").write_text(json.dumps(list(model.labels), ensure_ascii=False) + "\n")

@@ -166,8 +166,10 @@ class SharedWeights:
                 "tensors": self.tensors, "unique_tensors": self.unique}
 
 
-def share_weights(folder, names, *, data_file: str = SHARED_WEIGHTS, min_bytes: int = 1024) -> SharedWeights:
-    """Move the initializers of the ONNX files ``names`` in ``folder`` into one external file, each byte string once.
+def share_weights(folder, models: dict[str, bytes], *, data_file: str = SHARED_WEIGHTS,
+                  min_bytes: int = 1024) -> SharedWeights:
+    """Write the serialized ONNX ``models`` (``{file name: bytes}``) to ``folder`` with their initializers moved into
+    one external file, each byte string once.
 
     A dynamic bundle ships the static ``model.onnx`` and a file per segment;
     every linear's weights (quantized the same way) sit in two of them. Here
@@ -176,8 +178,8 @@ def share_weights(folder, names, *, data_file: str = SHARED_WEIGHTS, min_bytes: 
     (4 KiB from 1 MiB up, so ONNX Runtime can map it), and every file then
     points at that one copy through ONNX's external-data fields
     (``location``, ``offset``, ``length``, relative to the model's folder).
-    ONNX Runtime and ``onnx.load`` read such files from their path; the files
-    are rewritten in place and must be loaded from ``folder``.
+    ONNX Runtime and ``onnx.load`` read such files from their path, so they
+    must be loaded from ``folder``.
     """
     import hashlib
     from pathlib import Path
@@ -190,8 +192,8 @@ def share_weights(folder, names, *, data_file: str = SHARED_WEIGHTS, min_bytes: 
     inline = tensors = 0
     protos = {}
     with open(folder / data_file, "wb") as out:
-        for name in names:
-            proto = onnx.load(str(folder / name), load_external_data=False)
+        for name, blob in models.items():
+            proto = onnx.load_from_string(blob)
             for t in proto.graph.initializer:
                 if t.data_location == onnx.TensorProto.EXTERNAL or len(t.raw_data) < min_bytes:
                     continue

@@ -198,6 +198,7 @@ class Compressor:
                          "validation": {"rows": self.val_rows, "seed": config.seed}}
         self.started = time.perf_counter()
         self.stage_seconds: dict[str, float] = {}
+        self._trimmed_rows: int | None = None  # the tuning rows' kept tokens, counted once for every attempt's plan
         self.runner = StageRunner(self.out, on_event=self._event)
         self.executor = executor  # where candidate builds run (edgenlp.executor.Executor); None: in this process
 
@@ -349,12 +350,13 @@ class Compressor:
             from edgenlp.utils import atomic_write_json
 
             model, info = load_model(ft.path / "model", labels=self.data.labels)
-            # a trimmed table keeps the tokens of the rows the quantize step trims on (self.tuning)
+            if self._trimmed_rows is None:  # a trimmed table keeps the tokens of the rows the quantize step trims on
+                self._trimmed_rows = trimmed_vocab_size(info, self.tuning)
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
                                     preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
                                     objective=self.config.objective, measure=self.config.measure,
                                     measured=recalled(self.measured_key()), exit_stats=self.exit_stats(ex),
-                                    trimmed_vocab_size=trimmed_vocab_size(info, self.tuning))
+                                    trimmed_vocab_size=self._trimmed_rows)
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
                     "shortlist": doc["shortlist"], "why": doc.get("why")}

@@ -102,7 +102,7 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     the prior measured at the preset's ``sparsify`` budget, where the cost
     model can price the sparse kernels on ``target``.
     """
-    from edgenlp.targets.planner import SPARSE_PRECISIONS, default_space, plan
+    from edgenlp.targets.planner import SPARSE_PRECISIONS, default_space, plan, structured_key
     from edgenlp.targets.prior import AccuracyModel
 
     acc = AccuracyModel(budgets=preset.prune_budget_map())
@@ -130,8 +130,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
                   trimmed_vocab_size=trimmed_vocab_size, built_shapes=built)  # fmt: skip
     def doc(point) -> dict:
         cand, pred, drop, fits = point
-        shape = "as built" if cand.prune_method and (cand.prune_method, round(float(cand.sparsity), 4)) in built else \
-            "nominal" if cand.prune_method else "unpruned"
+        shape = "unpruned" if not cand.prune_method else \
+            "as built" if structured_key(cand.prune_method, cand.sparsity) in built else "nominal"
         return {"candidate": _cand(cand), "shape": shape, "predicted_latency_ms": pred.latency_ms,
                 "predicted_memory_mb": pred.peak_memory_mb, "predicted_size_mb": pred.size_mb,
                 "predicted_drop": drop, "fits": bool(fits), "estimated": bool(pred.estimated),
@@ -153,13 +153,15 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
 
 
 def built_shapes(measured) -> dict[tuple[str, float], tuple[tuple[int, ...], tuple[int, ...]]]:
-    """``{(prune_method, sparsity): (heads, ffn)}`` from measured rows that recorded the pruned shape they were built
-    with (the latest row wins)."""
+    """``{structured_key: (heads, ffn)}`` from measured rows that recorded the pruned shape they were built with (the
+    latest row wins)."""
+    from edgenlp.targets.planner import structured_key
+
     out = {}
     for r in measured:
         c = r.get("candidate") or {}
         if c.get("prune_method") and isinstance(r.get("heads"), list) and isinstance(r.get("ffn"), list):
-            out[(c["prune_method"], round(float(c.get("sparsity", 0.0)), 4))] = (tuple(r["heads"]), tuple(r["ffn"]))
+            out[structured_key(c["prune_method"], c.get("sparsity", 0.0))] = (tuple(r["heads"]), tuple(r["ffn"]))
     return out
 
 

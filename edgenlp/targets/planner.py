@@ -179,6 +179,11 @@ class SearchSpace(Config):
         return out
 
 
+def structured_key(prune_method: str | None, sparsity: float) -> tuple[str | None, float]:
+    """What two candidates share when their pruned models have the same heads and FFN widths (block sparsity aside)."""
+    return prune_method, round(float(sparsity), 4)
+
+
 def candidate_shape(base: EncoderShape, candidate: Candidate, *, trimmed_vocab_size: int | None = None,
                     built: tuple[tuple[int, ...], tuple[int, ...]] | None = None) -> EncoderShape:
     """The shape of ``candidate``: ``built`` (heads, FFN width per layer) when this pruning was built before, else
@@ -498,7 +503,7 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
     ``trimmed_vocab_size`` is how many word-table rows a trimmed candidate
     keeps (the task's tokens; default the space's, else
     :data:`TRIM_PRIOR` of the vocabulary); ``built_shapes`` maps
-    ``(prune_method, sparsity)`` to the ``(heads, ffn)`` per layer that pruning
+    :func:`structured_key` to the ``(heads, ffn)`` per layer that pruning
     had when it was built (:func:`candidate_shape`). A candidate
     the prior has no measured row for (a pruning method without rows at its
     budget, a precision without a row) is not offered (``Plan.not_offered``);
@@ -547,7 +552,7 @@ def plan(target: Target, budgets: Budgets, *, cost_model=None, accuracy_model: A
             not_offered.append(c)
             continue
         s = candidate_shape(shape, c, trimmed_vocab_size=trimmed,
-                            built=(built_shapes or {}).get((c.prune_method, round(float(c.sparsity), 4))))
+                            built=(built_shapes or {}).get(structured_key(c.prune_method, c.sparsity)))
         bits = resolve_bits(c.bits, shape.num_layers)
         if c.block_sparsity:
             factors = [cost_model.sparse_factor(p, c.block_sparsity) for p in set(layer_bits(_blank_shape(shape.num_layers), bits))]

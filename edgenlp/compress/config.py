@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from edgenlp.config import Config, check_positive, knob
 
 PRESET_NAMES = ("quick", "full")
+PRUNE_TARGETS = ("params", "latency")  # what compress prunes a candidate's sparsity of
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,10 @@ class CompressConfig(Config):
     latency_stat: str | None = knob(None, choices=LATENCY_STATS, help=(
         "The statistic over inputs the latency budget bounds (default: the target's, p90). Static bundles cost the "
         "same on every input; with early exits mean < p90 <= max, and max is the full depth."))
+    prune_target: str = knob("params", choices=PRUNE_TARGETS, help=(
+        "What a pruned candidate's sparsity measures: params (the encoder's parameters) or latency (its FLOPs at the "
+        "budget's length with the attention core weighted by what it costs per FLOP on the target, from the cost "
+        "model: a head costs about twice its parameters beside int8 linears, so more heads go and more FFN stays)."))
     dynamic: str = knob("auto", choices=DYNAMIC_MODES, help=(
         "auto: train early exits on the fine-tuned model, measure how deep validation sentences run, and let the "
         "planner offer every candidate with exits too (chosen only where the latency statistic gains within "
@@ -300,6 +305,8 @@ class CompressConfig(Config):
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.latency_stat is not None and self.latency_stat not in LATENCY_STATS:
             raise ValueError(f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}")
+        if self.prune_target not in PRUNE_TARGETS:
+            raise ValueError(f"prune_target must be one of {', '.join(PRUNE_TARGETS)}, got {self.prune_target!r}")
         if self.dynamic not in DYNAMIC_MODES:
             raise ValueError(f"dynamic must be one of {', '.join(DYNAMIC_MODES)}, got {self.dynamic!r}")
 

@@ -355,8 +355,9 @@ class Compressor:
             doc = plan_for_compress(self.target, self.budgets, shape=model.shape, num_labels=model.num_labels,
                                     preset=self.preset, excluded=excluded, task=self.data, max_drop=self.config.max_drop,
                                     objective=self.config.objective, measure=self.config.measure,
-                                    measured=recalled(self.measured_key()), exit_stats=self.exit_stats(ex),
+                                    measured=recalled(self.measured_key(ft)), exit_stats=self.exit_stats(ex),
                                     trimmed_vocab_size=self._trimmed_rows)
+            doc["prune_measure"] = self.prune_measure(ft) or {"target": "params"}
             atomic_write_json(tmp / "plan.json", doc)
             return {"chosen": doc["chosen"], "predicted": doc["chosen_prediction"], "considered": len(doc["considered"]),
                     "shortlist": doc["shortlist"], "why": doc.get("why")}
@@ -370,6 +371,8 @@ class Compressor:
                   "measure": self.config.measure,
                   "prune_budgets": self.preset.prune_budget_map(),
                   "cost_tables": [{"path": str(Path(p).resolve()), **file_key(p)} for p in cost_table_sources(self.target)]}
+        if self.config.prune_target != "params":  # it names the measured rows the plan reads
+            inputs["prune_target"] = self.config.prune_target
         upstream = (ft,) if ex is None else (ft, ex)
         return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=upstream))
 
@@ -440,12 +443,15 @@ class Compressor:
                     if method is not None and self.preset.recovers_after(method) else None)  # fmt: skip
         stage = _stage_name("prune", attempt, slot)
         kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning,
-                  "prune_kwargs": self.preset.prune_kwargs(method) if method else {},  # the budget the prior measured
+                  # the budget the prior measured, and what the sparsity measures
+                  "prune_kwargs": {**self.preset.prune_kwargs(method), **self.prune_measure(ft)} if method else {},
                   "seq_len": self.budgets.seq_len, "seed": self.config.seed,
                   "recovery": recovery.to_dict() if recovery is not None else None,
                   "dev_before": ft.result.get("val") or None, "device": self.device}
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed,
                   "budget": self.preset.prune_budget(method) if method else None, "recovery": kwargs["recovery"]}
+        if method and self.prune_measure(ft):
+            inputs["measure"] = self.prune_measure(ft)
         if blocks:  # block sparsity under distillation from the fine-tuned model, at the budget the prior measured
             kwargs["sparsify"] = inputs["sparsify"] = self.preset.sparsify_config(blocks, seed=self.config.seed).to_dict()
         if cand.get("exits"):  # the pruned model gets exits of its own, as the exits stage trained them
@@ -530,13 +536,35 @@ class Compressor:
         if not rec.skipped:
             from edgenlp.compress.measured import remember
 
-            remember(self.measured_key(), rec.result["rows"], source=f"compress run {self.out}")
+            remember(self.measured_key(ft), rec.result["rows"], source=f"compress run {self.out}")
         return rec
 
-    def measured_key(self) -> dict:
-        """What this run's measurements are cached under: the model, the task's data, the fine-tuning."""
-        return {"model": model_key(self.config.model), "data": self.data_key,
-                "finetune": finetune_config(self.config, self.preset, self.data.num_labels).to_dict(), "seed": self.config.seed}
+    def measured_key(self, ft: StageRecord) -> dict:
+        """What this run's measurements are cached under: the model, the task's data, the fine-tuning (and what a
+        pruning's sparsity measures, when it is not the parameters: the same sparsity then removes other units)."""
+        key = {"model": model_key(self.config.model), "data": self.data_key,
+               "finetune": finetune_config(self.config, self.preset, self.data.num_labels).to_dict(), "seed": self.config.seed}
+        measure = self.prune_measure(ft)
+        return {**key, "prune_measure": measure} if measure else key
+
+    def prune_measure(self, ft: StageRecord) -> dict:
+        """The prune config knobs that say what a candidate's sparsity measures: ``{}`` for the parameters (the
+        methods' default), else the ``latency`` target with the attention weight of this target's cost model at
+        the budgets' length and threads (int8 linears), from the fine-tuned model's shape."""
+        if self.config.prune_target == "params":
+            return {}
+        if getattr(self, "_prune_measure", None) is None:
+            import json
+
+            from edgenlp.compress.planning import attention_weight
+            from edgenlp.models.registry import shape_from_hf_config
+
+            shape = shape_from_hf_config(json.loads((ft.path / "model" / "config.json").read_text()))
+            w = attention_weight(self.target, shape, seq_len=self.budgets.seq_len, threads=self.budgets.threads)
+            self._prune_measure = {"target": "latency", "attention_weight": round(w, 2)}
+            self.echo(f"pruning measures latency on {self.target.name}: one attention-core FLOP costs "
+                      f"{w:.2f} linear FLOPs at seq {self.budgets.seq_len}")
+        return dict(self._prune_measure)
 
     def build_candidates(self, tasks: list) -> list:
         """Run candidate builds (:class:`edgenlp.executor.Task`) on this run's executor; their results, in order.

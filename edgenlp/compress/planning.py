@@ -26,6 +26,27 @@ def resolve_budgets(target, *, latency_ms=None, memory_mb=None, size_mb=None, se
                                    threads=threads, latency_stat=latency_stat)
 
 
+def attention_weight(target, shape, *, seq_len: int, threads: int = 1, precision: str = "int8") -> float:
+    """What one attention-core FLOP costs in linear-layer FLOPs on ``target``, per its cost model.
+
+    The ratio of the two components' predicted milliseconds per FLOP for
+    ``shape`` at ``seq_len`` with ``precision`` linears: the weight a
+    ``latency`` pruning target prices each head's attention core at
+    (:class:`~edgenlp.prune.config.PruneConfig`). On a CPU the attention core
+    and its softmax run in fp32 beside int8 GEMMs, so a head costs about twice
+    what its parameters say.
+    """
+    from edgenlp.models.arithmetic import component_flops
+    from edgenlp.targets.costmodel import CostModel
+
+    pred = CostModel.for_target(target).predict(shape, bits=precision, seq_len=seq_len, threads=threads)
+    flops = component_flops(shape, seq_len=seq_len, num_labels=0)
+    linear = ("attn_qkv", "attn_out", "ffn")
+    per_linear = sum(pred.components_ms.get(c, 0.0) for c in linear) / sum(flops[c] for c in linear)
+    per_core = pred.components_ms.get("attn_core", 0.0) / flops["attn_core"]
+    return max(per_core / per_linear, 1e-3)
+
+
 def _bits_rank(bits) -> int:
     if isinstance(bits, (list, tuple)):
         return BITS_ORDER.index("mixed")

@@ -186,18 +186,21 @@ def attention_flops(heads: int, head_dim: int, *, seq_len: int, batch: int = 1) 
     return 2 * (2 * batch * heads * seq_len * seq_len * head_dim)
 
 
-def encoder_flops(hidden, head_dim: int, heads: Sequence, ffn: Sequence, *, seq_len: int):
+def encoder_flops(hidden, head_dim: int, heads: Sequence, ffn: Sequence, *, seq_len: int, attention_weight: float = 1):
     """FLOPs of the transformer layers for one sequence of ``seq_len`` tokens (no head).
 
     Per layer the four attention linears, the attention core and the two FFN
     linears, i.e. ``4·linear_flops(H, A) + attention_flops + 2·linear_flops(H, F)``,
     written as one expression; takes ints or float tensors like :func:`encoder_params`.
+    ``attention_weight`` counts each attention-core FLOP as that many linear
+    FLOPs (a latency proxy: on a CPU running int8 linears the fp32 attention
+    core and its softmax cost several times more per FLOP).
     """
     s = seq_len
     total = 0
     for h, f in zip(heads, ffn):
         inner = h * head_dim
-        total = total + 2 * (4 * s * hidden * inner + 2 * s * s * inner + 2 * s * hidden * f)
+        total = total + 2 * (4 * s * hidden * inner + attention_weight * 2 * s * s * inner + 2 * s * hidden * f)
     return total
 
 

@@ -159,7 +159,8 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
     pruned = pruned.eval()
     after = evaluate(pruned, pdata.dev, num_labels=data.num_labels, pad_id=pad_id, device=dev_name)
     pruned = pruned.cpu()
-    sizes = size_report(original_shape, pruned.shape, num_labels=model.num_labels, seq_len=config.seq_len)
+    sizes = size_report(original_shape, pruned.shape, num_labels=model.num_labels, seq_len=config.seq_len,
+                        attention_weight=config.attention_weight if config.target == "latency" else None)
     masks = replace(masks, sparsity=sizes["sparsity"])
     wall = time.perf_counter() - start
     teacher_steps = [s.to_dict() for s in info.recipe if s.type == "finetune"]
@@ -168,7 +169,8 @@ def prune(model: EncoderClassifier, info: ModelInfo, data, config: PruneConfig, 
         "method": config.method,
         "config": config.to_dict(),
         "target_sparsity": config.target_sparsity,
-        "target": {"measure": config.target, "sparsity": config.target_sparsity, "seq_len": config.seq_len},
+        "target": {"measure": config.target, "sparsity": config.target_sparsity, "seq_len": config.seq_len,
+                   **({"attention_weight": config.attention_weight} if config.target == "latency" else {})},
         "achieved": sizes["sparsity"],
         "sizes": {"original": sizes["original"], "pruned": sizes["pruned"]},
         "shape": {"hidden": pruned.shape.hidden, "heads": list(pruned.shape.heads), "ffn": list(pruned.shape.ffn),

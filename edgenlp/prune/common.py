@@ -47,8 +47,10 @@ def model_device(model: torch.nn.Module) -> torch.device:
 
 def size_fn(config: PruneConfig, head_dim: int) -> Callable:
     """``f(hidden, heads, ffn)`` -> the size ``config.target`` measures (ints or tensors)."""
-    if config.target == "flops":
-        return lambda hidden, heads, ffn: encoder_flops(hidden, head_dim, heads, ffn, seq_len=config.seq_len)
+    if config.target in ("flops", "latency"):
+        w = config.attention_weight if config.target == "latency" else 1.0
+        return lambda hidden, heads, ffn: encoder_flops(hidden, head_dim, heads, ffn, seq_len=config.seq_len,
+                                                        attention_weight=w)
     return lambda hidden, heads, ffn: encoder_params(hidden, head_dim, heads, ffn)
 
 

@@ -25,7 +25,7 @@ from edgenlp.config import (Config, check_bool, check_choice, check_int, check_p
 
 log = logging.getLogger(__name__)
 
-TARGETS = ("params", "flops")
+TARGETS = ("params", "flops", "latency")
 DEFAULT_METHOD = "fast"
 
 
@@ -35,7 +35,11 @@ class PruneConfig(Config):
 
     ``target_sparsity`` is the fraction of the size to remove, measured as
     ``target`` (``params``: parameters of the transformer layers; ``flops``:
-    their FLOPs for one sequence of ``seq_len`` tokens). ``finetune_epochs``
+    their FLOPs for one sequence of ``seq_len`` tokens; ``latency``: those
+    FLOPs with every attention-core FLOP counted ``attention_weight`` times,
+    the device's cost of one attention-core FLOP in linear-layer FLOPs, so a
+    head is priced at what it costs to run; ``compress`` sets the weight from
+    the target's cost model). ``finetune_epochs``
     is the distilled fine-tune of the pruned model from the teacher
     (``temperature``, ``kd_weight`` on the logits, ``layer_weight`` on the
     hidden states). ``ffn_multiple`` makes every kept FFN width a multiple of it
@@ -50,7 +54,10 @@ class PruneConfig(Config):
 
     target_sparsity: float = knob(0.5, help="Fraction of the size to remove, in [0, 1).")
     target: str = knob("params", choices=TARGETS,
-                       help="What the sparsity measures: encoder parameters or encoder FLOPs at --seq-len.")
+                       help="What the sparsity measures: encoder parameters, encoder FLOPs at --seq-len, or latency "
+                            "(FLOPs with the attention core weighted by --attention-weight).")
+    attention_weight: float = knob(1.0, help="Latency target: what one attention-core FLOP costs in linear-layer FLOPs "
+                                             "on the device (about 5 for int8 linears on a CPU at seq 128).")
     seq_len: int = knob(128, help="Sequence length of the FLOPs measure (and of the size report).")
     finetune_epochs: float = knob(0.0, help="Epochs of distilled fine-tuning of the pruned model from the teacher.")
     train_limit: int | None = knob(None, help="Use a seeded subset of this many training rows (default: all).")
@@ -71,6 +78,7 @@ class PruneConfig(Config):
             raise TypeError(f"PruneConfig is the shared base; use one of {', '.join(c.__name__ for c in METHOD_CONFIGS.values())}")
         check_range("target_sparsity", self.target_sparsity, 0.0, 1.0, high_open=True)
         check_choice("target", self.target, TARGETS)
+        check_positive("attention_weight", self.attention_weight)
         for name in ("seq_len", "batch_size", "max_seq_len", "ffn_multiple"):
             check_int(name, getattr(self, name), minimum=1)
         check_range("finetune_epochs", self.finetune_epochs, 0.0)

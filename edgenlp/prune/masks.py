@@ -42,17 +42,24 @@ class MaskError(EdgeNLPError):
 # --------------------------------------------------------------------------- sizes
 
 
-def size_report(original: EncoderShape, pruned: EncoderShape, *, num_labels: int, seq_len: int) -> dict:
+def size_report(original: EncoderShape, pruned: EncoderShape, *, num_labels: int, seq_len: int,
+                attention_weight: float | None = None) -> dict:
     """Sizes of both shapes and the achieved sparsity (fraction removed) in each measure.
 
     The counts are :mod:`edgenlp.models.arithmetic`'s (encoder params, every
-    parameter, encoder FLOPs for one sequence of ``seq_len`` tokens).
+    parameter, encoder FLOPs for one sequence of ``seq_len`` tokens). With
+    ``attention_weight`` also ``latency``: the FLOPs with the attention core
+    weighted so (what a ``latency`` pruning target measures).
     """
 
     def sizes(s: EncoderShape) -> dict:
-        return {"encoder_params": int(encoder_params(s.hidden, s.head_dim, s.heads, s.ffn)),
-                "total_params": int(total_params(s, num_labels)),
-                "flops": int(encoder_flops(s.hidden, s.head_dim, s.heads, s.ffn, seq_len=seq_len))}
+        out = {"encoder_params": int(encoder_params(s.hidden, s.head_dim, s.heads, s.ffn)),
+               "total_params": int(total_params(s, num_labels)),
+               "flops": int(encoder_flops(s.hidden, s.head_dim, s.heads, s.ffn, seq_len=seq_len))}
+        if attention_weight is not None:
+            out["latency"] = int(encoder_flops(s.hidden, s.head_dim, s.heads, s.ffn, seq_len=seq_len,
+                                               attention_weight=attention_weight))
+        return out
 
     a, b = sizes(original), sizes(pruned)
     return {"original": a, "pruned": b, "seq_len": seq_len,

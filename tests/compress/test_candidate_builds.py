@@ -211,3 +211,35 @@ def test_prune_candidate_sparsifies_a_real_model(tmp_path, tiny_model_dir, tiny_
     linears = dict(model.named_modules())
     assert all(block_sparsity(linears[n].weight, "1x4") >= 0.59 for n in encoder_linears(model))  # floor(0.6 x blocks)
     assert info.recipe[-1].type == "sparsify" and out["sparsify"]["mean_sparsity"] >= 0.59
+
+
+@pytest.mark.parametrize("prune_target", ["params", "latency"])
+def test_a_latency_pruning_target_reaches_the_prune_step_and_the_cache_key(tmp_path, calls, monkeypatch, prune_target):
+    """With ``--prune-target latency`` every pruning measures latency at the cost model's attention weight, and the
+    stage and the measured-candidate cache say so; with ``params`` neither changes (the cache keeps its rows)."""
+    import dataclasses
+    import json
+
+    from edgenlp.compress import planning
+
+    monkeypatch.setattr(planning, "attention_weight", lambda target, shape, **k: 5.4321)
+    c = _compressor(tmp_path, "quick")
+    c.config = dataclasses.replace(c.config, prune_target=prune_target)
+    c.target = SimpleNamespace(name="host")
+    c.budgets = SimpleNamespace(seq_len=128, threads=1)
+    c.data = SimpleNamespace(labels=("neg", "pos"), num_labels=2)
+    c.data_key = {"task": "tiny"}
+    (tmp_path / "finetune" / "model").mkdir(parents=True)
+    (tmp_path / "finetune" / "model" / "config.json").write_text(json.dumps(
+        {"model_type": "bert", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+         "intermediate_size": 64, "vocab_size": 100}))
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={"chosen": {"prune_method": "fast", "sparsity": 0.5}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    (cfg,) = calls["prune"]
+    key = c.measured_key(ft)
+    if prune_target == "latency":
+        assert (cfg.target, cfg.attention_weight) == ("latency", 5.43)
+        assert rec.inputs["measure"] == key["prune_measure"] == {"target": "latency", "attention_weight": 5.43}
+    else:
+        assert cfg.target == "params" and "measure" not in rec.inputs and "prune_measure" not in key

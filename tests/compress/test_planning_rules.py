@@ -76,3 +76,42 @@ def test_planner_running_out_after_a_failed_attempt_still_writes_the_reports(mon
     with pytest.raises(EdgeNLPError, match=r"in 1 attempt\(s\).*size_mb 30 > budget 25.*no candidate left to try"):
         c.run()
     assert planned == [1, 2] and reported["passed"] is None and len(reported["attempts"]) == 1
+
+
+def test_the_attention_weight_makes_flops_track_the_cost_models_latency():
+    """With the weight ``attention_weight`` derives, the latency proxy's FLOPs of an uneven pruned shape, at the full
+    shape's cost per linear FLOP, are the cost model's milliseconds for it; plain FLOPs undercount the heads."""
+    import dataclasses
+
+    from edgenlp.compress.planning import attention_weight, load_target
+    from edgenlp.models.arithmetic import component_flops, encoder_flops
+    from edgenlp.models.registry import NAMED_MODELS
+    from edgenlp.targets.costmodel import CostModel
+
+    target, full = load_target("pixel-7"), NAMED_MODELS["minilm-l6"].shape or _minilm_shape()
+    w = attention_weight(target, full, seq_len=128)
+    assert w > 1.5  # fp32 attention beside int8 GEMMs
+
+    model = CostModel.for_target(target)
+    parts = ("attn_qkv", "attn_out", "ffn", "attn_core")
+
+    def ms(shape):
+        return sum(model.predict(shape, bits="int8", seq_len=128).components_ms[c] for c in parts)
+
+    f = component_flops(full, seq_len=128, num_labels=0)
+    per_linear = (ms(full) - model.predict(full, bits="int8", seq_len=128).components_ms["attn_core"]) / sum(
+        f[c] for c in ("attn_qkv", "attn_out", "ffn"))
+    pruned = dataclasses.replace(full, heads=(11, 7, 6, 6, 1, 10), ffn=(1430, 1297, 767, 273, 202, 28))
+
+    def err(weight):
+        proxy = per_linear * encoder_flops(pruned.hidden, pruned.head_dim, pruned.heads, pruned.ffn, seq_len=128,
+                                           attention_weight=weight)
+        return abs(proxy / ms(pruned) - 1)
+
+    assert err(w) < 0.05 and err(1.0) > 2 * err(w)
+
+
+def _minilm_shape():
+    from edgenlp.models.registry import load_model
+
+    return load_model("minilm-l6")[0].shape

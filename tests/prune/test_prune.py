@@ -313,3 +313,38 @@ def test_ffn_multiple_gives_divisible_widths_at_the_target(method, task, make_fi
 def test_invalid_ffn_multiple_is_refused():
     with pytest.raises(ValueError, match="ffn_multiple"):
         FastConfig(ffn_multiple=0)
+
+
+def test_a_latency_target_prices_a_head_at_its_attention_core(task, make_finetuned):
+    """``latency`` at weight 1 is the FLOPs measure; a heavier attention core makes ``fast`` give up heads for neurons at
+    the same sparsity, and the report measures what the target asked for."""
+    from edgenlp.prune.common import UnitCosts, size_fn
+
+    model, info = make_finetuned(num_layers=3)
+    s = model.shape
+    flops = size_fn(quick_config("fast", target="flops", seq_len=64), s.head_dim)
+    light = size_fn(quick_config("fast", target="latency", attention_weight=1.0, seq_len=64), s.head_dim)
+    for heads, ffn in ((s.heads, s.ffn), ((1, 0, 2), (5, 0, 17))):
+        assert light(s.hidden, heads, ffn) == flops(s.hidden, heads, ffn)
+    heavy_cfg = quick_config("fast", target="latency", attention_weight=8.0, seq_len=64)
+    heavy = UnitCosts.of(heavy_cfg, s.head_dim, s.hidden)
+    plain = UnitCosts.of(quick_config("fast", target="flops", seq_len=64), s.head_dim, s.hidden)
+    assert heavy.neuron == plain.neuron and heavy.head > plain.head
+
+    kept = {}
+    for name, cfg in (("flops", quick_config("fast", target="flops", target_sparsity=0.5, seq_len=64, finetune_epochs=0)),
+                      ("latency", quick_config("fast", target="latency", attention_weight=8.0, target_sparsity=0.5,
+                                               seq_len=64, finetune_epochs=0))):
+        res = prune(model, info, task, cfg, progress=False)
+        kept[name] = (sum(res.model.shape.heads), sum(res.model.shape.ffn))
+        if name == "latency":
+            assert res.report["achieved"]["latency"] >= 0.5 - 1e-9
+            assert res.report["target"] == {"measure": "latency", "sparsity": 0.5, "seq_len": 64, "attention_weight": 8.0}
+        else:
+            assert "latency" not in res.report["achieved"]
+    assert kept["latency"][0] < kept["flops"][0] and kept["latency"][1] > kept["flops"][1]
+
+
+def test_attention_weight_is_validated():
+    with pytest.raises(ValueError, match="attention_weight"):
+        prune_config("fast", target="latency", attention_weight=0.0)

@@ -115,7 +115,8 @@ def markdown(r: dict) -> str:
     f = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
     lines = [f"# `compress` headline target on the host ({r['date']})", "",
              f"Host: {r['cpu']}, ISA flags: {r['isa']}. MiniLM-L6 on {r['task']}, seq {r['seq_len']}, {r['threads']} thread(s); "
-             f"every time is the median of {r['runs']} alternating rounds in one process. {r.get('note', '')}", "",
+             f"every time is the median of {r['runs']} alternating rounds in one process; a pruning's sparsity measures "
+             f"{r.get('prune_target', 'params')}. {r.get('note', '')}", "",
              "## Peers (before compress)", "", "| program | median ms | p10–p90 ms |", "|---|---:|---|"]
     for name, t in r["peers_before"].items():
         lines.append(f"| {name} | {f(t['median_ms'])} | {f(t['p10_ms'])}–{f(t['p90_ms'])} |")
@@ -182,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size-fraction", type=float, default=0.10, help="Size budget as a fraction of the fp32 model.pte (0 = none).")
     p.add_argument("--speedup", type=float, default=3.0, help="X = fastest peer / this.")
     p.add_argument("--preset", default="quick")
+    p.add_argument("--prune-target", default="params", help="What a pruned candidate's sparsity measures "
+                   "(compress --prune-target).")
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--finetune-from", type=Path, default=None, help="A finished compress run's finetune/ folder to reuse.")
@@ -205,13 +208,15 @@ def main(argv: list[str] | None = None) -> int:
     env = results.environment
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env["cpu"].get("model", "?"), "isa": isa_flags(),
               "task": args.task, "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs, "max_drop": args.max_drop,
-              "size_fraction": args.size_fraction, "speedup": args.speedup, "note": args.note, "environment": env}
+              "size_fraction": args.size_fraction, "speedup": args.speedup, "prune_target": args.prune_target,
+              "note": args.note, "environment": env}
 
     def write() -> None:
         results.write(args.out, result, markdown(result) if "compress" in result else None)
 
     base_cfg = dict(model=args.model, task=args.task, target="host", seq_len=args.seq_len, threads=args.threads,
-                    max_drop=args.max_drop, preset=args.preset, max_attempts=args.max_attempts)
+                    max_drop=args.max_drop, preset=args.preset, max_attempts=args.max_attempts,
+                    prune_target=args.prune_target)
     # 1. the fine-tuned model (the stage does not depend on the budgets, so the compress run below reuses it)
     probe = Compressor(CompressConfig(**base_cfg), run_dir, data_dir=args.data_dir, device="auto", progress=False,
                        echo=lambda m: log.info("%s", m))

@@ -719,7 +719,37 @@ def compress_headline(r: Results) -> str:
             word table at a scale per 32 columns (the quantizer stores one per row) and a trimmed table at half the
             vocabulary (SST-2 keeps far fewer tokens), which put `fast` 50% with int8 linears over the size budget and left
             int4 linears; the second prices both as the quantizer stores them."""))
+    if r.has(LATENCY_PRUNING_RUN) and r.has(HEADLINE_RUNS[-1]):
+        blocks.append(_latency_pruning(r(HEADLINE_RUNS[-1]), r(LATENCY_PRUNING_RUN)))
     return "\n\n".join(blocks)
+
+
+LATENCY_PRUNING_RUN = "compress-headline-amd-avx512vnni-latency"  # the same host's headline, pruning by latency
+
+
+def _latency_pruning(params: dict, latency: dict) -> str:
+    """The same host's headline run again with ``--prune-target latency``: what pruning by latency changed."""
+
+    def first(d: dict, sparsity: str, rows_of: str) -> dict:
+        c = d["compress"] if rows_of == "compress" else d["frontier"][rows_of]["compress"]
+        return next(v for v in c.get("validation", []) if v["candidate"].startswith(f"fast {sparsity}"))
+
+    def end(d: dict) -> dict:
+        return d["frontier"]["most_accurate_within_x"]["compress"]
+
+    p50, l50 = first(params, "50%", "compress"), first(latency, "50%", "compress")
+    (pv,), (lv,) = _attempt_ms(params["compress"]["attempts"]), _attempt_ms(latency["compress"]["attempts"])
+    pe, le = end(params), end(latency)
+    return paragraph(f"""
+        **Pruning by latency** (`compress --prune-target latency`, `tools/bench/results/{LATENCY_PRUNING_RUN}.{{json,md}}`,
+        {latency['date']}, same host, same fine-tuned model). The cost model prices one attention-core FLOP at about 5
+        int8-linear FLOPs here, so `fast` at 50% of the latency keeps {l50['heads']} heads and {l50['ffn']:,} neurons where
+        50% of the parameters keeps more heads. Verification measured {num(lv, 2)} ms against {num(pv, 2)} ms for the
+        parameter pruning ({100 * (1 - lv / pv):.0f}% faster), and on the validation rows it lost {l50['val_drop']:.2f}
+        points against {p50['val_drop']:.2f} (1,000 rows: about a point of noise). At the latency end `fast` 70% ran at
+        {le['speedup_vs_fastest_peer']:.2f}× the fastest peer and lost {le['drop_points']:.2f} points on dev, against
+        {pe['speedup_vs_fastest_peer']:.2f}× and {pe['drop_points']:.2f} by parameters. Pruning by latency moves along the
+        same trade-off rather than past it: `params` stays the default.""")
 
 
 HEADLINE_COLUMNS = (["program (alternating rounds, one process)", "median ms", "dev acc", "drop", "`model.pte`"],

@@ -143,6 +143,7 @@ def markdown(r: dict) -> str:
         lines += ["## Outcome", "", "| | target | result | met |", "|---|---|---|---|", *outcome_rows(c, limit_drop=r["max_drop"]), ""]
     if c.get("attempts"):
         lines += ["Attempts: " + "; ".join(c["attempts"]), ""]
+    lines += validation_lines(c)
     fr = r.get("frontier")
     if fr:
         lines += ["## The two ends of the trade-off, built and measured", "",
@@ -167,9 +168,22 @@ def markdown(r: dict) -> str:
                 lines += [f"`compress` did not produce a bundle: {pc.get('error', 'not run')}", ""]
             if pc.get("attempts"):
                 lines += ["Attempts: " + "; ".join(pc["attempts"]), ""]
+            lines += validation_lines(pc)
     if r.get("peers_after"):
         lines += ["Peers timed again beside the bundles: " + ", ".join(f"{n} {f(t['median_ms'])} ms" for n, t in r["peers_after"].items()) + ".", ""]
     return "\n".join(lines)
+
+
+def validation_lines(c: dict) -> list[str]:
+    """The candidates ``compress`` built and scored on its validation rows (held out of train), as a sentence."""
+    rows = c.get("validation") or []
+    if not rows:
+        return []
+    f = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+    return ["Scored on the validation rows: " + "; ".join(
+        f"{v['candidate']}: drop {f(v['val_drop'])} points"
+        + (f", {v['heads']} heads and {v['ffn']:,} FFN neurons kept" if v.get("heads") is not None else "")
+        + f", predicted {f(v['predicted_ms_real_shape'])} ms on that shape" for v in rows) + ".", ""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         bundles["compressed bundle"] = run_dir / "bundle"
     # 5. when it fails: build both ends of the trade-off for real, so "how far" is measured, not predicted
     if not comp.get("passed") and args.frontier:
-        ends = frontier(probe, ft.path / "model", x_ms=x, peer_ms=before[fastest]["median_ms"], size_mb=size_budget, max_drop=args.max_drop, seq_len=args.seq_len,
+        ends = frontier(probe, ft, x_ms=x, peer_ms=before[fastest]["median_ms"], size_mb=size_budget, max_drop=args.max_drop, seq_len=args.seq_len,
                         threads=args.threads)
         result["frontier"] = ends
         for key, point in ends.items():
@@ -256,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
                         shutil.copytree(run_dir / stage, d / stage)
             # the accuracy-unlimited end runs static: exits calibrated to an unlimited drop stop everything at layer 1
             dynamic = {"dynamic": "off"} if point["max_drop"] > args.max_drop else {}
-            fcfg = CompressConfig(**{**base_cfg, "max_drop": point["max_drop"], **dynamic}, latency_ms=point["latency_ms"],
+            # the latency end is the most accurate within X: compress ranks by accuracy there, not by latency
+            objective = {"objective": point["objective"]} if point.get("objective") else {}
+            fcfg = CompressConfig(**{**base_cfg, "max_drop": point["max_drop"], **dynamic, **objective},
+                                  latency_ms=point["latency_ms"],
                                   size_mb=None if size_budget is None else round(size_budget, 3))
             point["compress"] = run_compress(fcfg, d, args)
             if point["compress"].get("passed"):
@@ -299,6 +316,7 @@ def run_compress(cfg, run_dir: Path, args) -> dict:
         comp["error"] = str(exc)
         log.warning("compress: %s", exc)
     comp["wall_s"] = round(time.perf_counter() - t0, 1)
+    comp["validation"] = measured_rows(run_dir)
     doc_path = run_dir / "compress.json"
     if doc_path.is_file():
         doc = json.loads(doc_path.read_text())
@@ -312,7 +330,21 @@ def run_compress(cfg, run_dir: Path, args) -> dict:
     return comp
 
 
-def frontier(probe, model_dir: Path, *, x_ms: float, peer_ms: float, size_mb: float | None, max_drop: float, seq_len: int, threads: int) -> dict:
+def measured_rows(run_dir: Path) -> list[dict]:
+    """What ``compress`` built and scored on its validation rows in ``run_dir``, every attempt: the candidate, its
+    validation drop, its heads and FFN widths, and the cost model's latency for that real shape."""
+    out = []
+    for path in sorted(run_dir.glob("measure*/measure.json")):
+        for row in json.loads(path.read_text()).get("rows", []):
+            out.append({"stage": path.parent.name, "candidate": _chosen_text(row["candidate"]),
+                        "val_accuracy": row.get("val_accuracy"), "val_drop": row.get("measured_drop"),
+                        "heads": sum(row["heads"]) if row.get("heads") else None,
+                        "ffn": sum(row["ffn"]) if row.get("ffn") else None,
+                        "predicted_ms_real_shape": row.get("real_shape_latency_ms"), "meets": row.get("meets")})
+    return out
+
+
+def frontier(probe, ft, *, x_ms: float, peer_ms: float, size_mb: float | None, max_drop: float, seq_len: int, threads: int) -> dict:
     """The two ends of the trade-off the planner saw, within the size budget.
 
     ``fastest_within_drop``: the candidate predicted fastest among those predicted
@@ -321,16 +353,19 @@ def frontier(probe, model_dir: Path, *, x_ms: float, peer_ms: float, size_mb: fl
     within the bound, and its own prediction as the budget would fail it on the
     cost model's error); ``most_accurate_within_x``: the candidate with the smallest
     predicted drop among those predicted to run within X (compressed with no
-    accuracy limit). Each is then built and measured by ``compress`` itself.
+    accuracy limit, most accurate first: ``compress --objective accuracy``). Each is
+    then built and measured by ``compress`` itself. The plan reads the rows
+    ``compress`` measured for this model (the run just before), as its own does.
     """
+    from edgenlp.compress.measured import recalled
     from edgenlp.compress.planning import plan_for_compress, trimmed_vocab_size
     from edgenlp.models.registry import load_model
     from edgenlp.targets.target import Budgets
 
-    model, info = load_model(model_dir, labels=probe.data.labels)
+    model, info = load_model(ft.path / "model", labels=probe.data.labels)
     budgets = Budgets(size_mb=size_mb, seq_len=seq_len, threads=threads)
     doc = plan_for_compress(probe.target, budgets, shape=model.shape, num_labels=model.num_labels, preset=probe.preset,
-                            excluded=[], task=probe.data, max_drop=None,
+                            excluded=[], task=probe.data, max_drop=None, measured=recalled(probe.measured_key(ft)),
                             trimmed_vocab_size=trimmed_vocab_size(info, probe.tuning))
     cons = [c for c in doc["considered"] if size_mb is None or c["predicted_size_mb"] <= size_mb]
     accurate = [c for c in cons if c["predicted_drop"] <= max_drop]
@@ -352,6 +387,7 @@ def frontier(probe, model_dir: Path, *, x_ms: float, peer_ms: float, size_mb: fl
         c = min(fast, key=lambda c: (c["predicted_drop"], c["predicted_latency_ms"]))
         out["most_accurate_within_x"] = {"candidate": _chosen_text(c["candidate"]), "predicted_latency_ms": round(c["predicted_latency_ms"], 3),
                                          "predicted_drop": round(c["predicted_drop"], 3), "latency_ms": round(x_ms, 3), "max_drop": 100.0,
+                                         "objective": "accuracy",
                                          "rule": "most accurate predicted within X and the size budget (accuracy unlimited)"}
     log.info("frontier: %s", out)
     return out

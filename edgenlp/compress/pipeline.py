@@ -561,7 +561,7 @@ class Compressor:
 
             shape = shape_from_hf_config(json.loads((ft.path / "model" / "config.json").read_text()))
             w = attention_weight(self.target, shape, seq_len=self.budgets.seq_len, threads=self.budgets.threads)
-            self._prune_measure = {"target": "latency", "attention_weight": round(w, 2)}
+            self._prune_measure = {"target": "latency", "attention_weight": round(w, 1)}  # stable across recalibrations
             self.echo(f"pruning measures latency on {self.target.name}: one attention-core FLOP costs "
                       f"{w:.2f} linear FLOPs at seq {self.budgets.seq_len}")
         return dict(self._prune_measure)

@@ -239,7 +239,7 @@ def test_a_latency_pruning_target_reaches_the_prune_step_and_the_cache_key(tmp_p
     (cfg,) = calls["prune"]
     key = c.measured_key(ft)
     if prune_target == "latency":
-        assert (cfg.target, cfg.attention_weight) == ("latency", 5.43)
-        assert rec.inputs["measure"] == key["prune_measure"] == {"target": "latency", "attention_weight": 5.43}
+        assert (cfg.target, cfg.attention_weight) == ("latency", 5.4)
+        assert rec.inputs["measure"] == key["prune_measure"] == {"target": "latency", "attention_weight": 5.4}
     else:
         assert cfg.target == "params" and "measure" not in rec.inputs and "prune_measure" not in key

@@ -721,7 +721,31 @@ def compress_headline(r: Results) -> str:
             int4 linears; the second prices both as the quantizer stores them."""))
     if r.has(LATENCY_PRUNING_RUN) and r.has(HEADLINE_RUNS[-1]):
         blocks.append(_latency_pruning(r(HEADLINE_RUNS[-1]), r(LATENCY_PRUNING_RUN)))
+    if r.has("recovery-budget"):
+        blocks.append(_recovery_budget(r("recovery-budget")))
     return "\n\n".join(blocks)
+
+
+def _recovery_budget(d: dict) -> str:
+    """``recovery_budget.py``: the headline's prunings again with longer recovery, timed beside the same peers."""
+    rows = d["rows"]
+    short, long_ = min(r["steps"] for r in rows), max(r["steps"] for r in rows)
+    met = [r for r in rows if r["meets"]]
+    best = max(met, key=lambda r: r["speedup_vs_fastest_peer"]) if met else None
+    verdict = (f"With {long_:,} steps `fast` {best['sparsity']:.0%} + int8 runs at **{best['speedup_vs_fastest_peer']:.2f}×** the fastest "
+               f"peer and loses **{best['dev_drop']:.2f}** points on dev: the {d['speedup']:g}× target within {d['max_drop']:g} point is "
+               "there once the recovery is long enough." if best else
+               f"No pruning met X and the {d['max_drop']:g}-point bound at either budget.")
+    table_md = _bench_module("recovery_budget").markdown(d).split("\n")
+    body = [line for line in table_md if line.startswith("|")]
+    tail = [line for line in table_md if line.startswith("Peers in the same process")]
+    return "\n\n".join([paragraph(f"""
+        **What stands in the way is the recovery budget** (`tools/bench/recovery_budget.py`,
+        `tools/bench/results/recovery-budget.{{json,md}}`, {d['date']}): the headline run's prunings again, on the same
+        fine-tuned model and validation rows, recovered for {short:,} steps (the quick preset's budget) and for {long_:,} (the
+        same recovery on {long_ / short:g}× the rows), each built as `compress` builds it and timed beside the same peers in one process.
+        {verdict} The planner's accuracy prior has rows at the quick preset's budget only, so `compress` does not offer
+        the longer recovery yet."""), "\n".join(body), "\n".join(tail)])
 
 
 LATENCY_PRUNING_RUN = "compress-headline-amd-avx512vnni-latency"  # the same host's headline, pruning by latency

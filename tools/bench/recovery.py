@@ -75,7 +75,9 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
     lines = [f"## {doc['task']}", "",
              f"Teacher: full fine-tuning, {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} on {doc['train_rows']:,} training rows; validation "
              f"accuracy {100 * t['val_accuracy']:.2f}% on {doc['val_rows']:,} rows held out of train, dev accuracy "
-             f"{100 * t['dev_accuracy']:.2f}% on {doc['dev_rows']:,} rows.", "",
+             f"{100 * t['dev_accuracy']:.2f}% on {doc['dev_rows']:,} rows."
+             + (f" The recovery distils on {doc['recovery_rows']:,} training rows (a seeded subset of train without the "
+                "validation rows)." if doc.get("recovery_rows", doc["train_rows"]) != doc["train_rows"] else ""), "",
              "| method | sparsity (achieved) | recovery | lr | val accuracy | Δ val (points) | dev accuracy | Δ dev (points) "
              "| KL to teacher | int8 ms @128 (× unpruned int8) | wall time |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -254,6 +256,9 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--train-limit", type=int, default=8000)
     ap.add_argument("--val-rows", type=int, default=1000, help="Training rows held out as the validation split.")
+    ap.add_argument("--recovery-rows", type=int, default=None,
+                    help="Training rows the recovery distils on (a seeded subset of train minus validation; default: "
+                         "the teacher's --train-limit rows). Longer recoveries read more rows, as compress's do.")
     ap.add_argument("--finetune-epochs", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=["fast"])
     ap.add_argument("--sparsities", nargs="+", type=float, default=[0.5])
@@ -303,16 +308,21 @@ def main() -> None:
     results = Results(script="recovery", threads=args.threads)
     task = load_task(args.task, data_dir=args.data_dir)
     tuning, val = task.hold_out(args.val_rows, seed=args.seed)  # tuning.dev is the validation split
-    if args.train_limit:
-        from dataclasses import replace
+    from dataclasses import replace
 
+    # the recovery's rows: its own seeded subset when --recovery-rows says so, else the teacher's
+    distil_on = (replace(tuning, train=tuning.train.sample(min(args.recovery_rows, len(tuning.train)), seed=args.seed))
+                 if args.recovery_rows else None)
+    if args.train_limit:
         tuning = replace(tuning, train=tuning.train.sample(args.train_limit, seed=args.seed))
+    distil_on = distil_on or tuning
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model, info, ft = teacher(args, tuning, args.workdir)
     dev = lambda m, i: dev_accuracy(m, i, task.dev, task.labels, args.max_seq_len)  # noqa: E731
     previous = earlier_rows(args.out, args.task, ft) if args.resume else []
-    doc = {"task": args.task, "train_rows": len(tuning.train), "val_rows": len(val), "dev_rows": len(task.dev),
+    doc = {"task": args.task, "train_rows": len(tuning.train), "recovery_rows": len(distil_on.train), "val_rows": len(val),
+           "dev_rows": len(task.dev),
            "max_seq_len": args.max_seq_len, "threads": args.threads,
            "teacher": {"val_accuracy": ft["dev"]["accuracy"], "dev_accuracy": dev(model, info),
                        "epochs": args.finetune_epochs, "wall_s": ft.get("total_wall_s")},
@@ -336,10 +346,10 @@ def main() -> None:
             write(results, args.out, doc)
             for steps in args.steps:
                 for lr in args.lrs:
-                    dcfg = DistillConfig(max_steps=steps, epochs=float(math.ceil(steps * 32 / len(tuning.train))),  # max_steps ends it
-                                         train_limit=args.train_limit, lr=lr, max_seq_len=args.max_seq_len,
-                                         seed=args.seed, threads=args.threads)
-                    rres = recover(pres, model, info, tuning, dcfg, device="cpu")
+                    dcfg = DistillConfig(max_steps=steps, epochs=float(math.ceil(steps * 32 / len(distil_on.train))),  # max_steps ends it
+                                         train_limit=args.recovery_rows or args.train_limit, lr=lr,
+                                         max_seq_len=args.max_seq_len, seed=args.seed, threads=args.threads)
+                    rres = recover(pres, model, info, distil_on, dcfg, device="cpu")
                     rec = rres.report["recovery"]
                     doc["rows"].append({**base, "steps": rec["steps"], "val_accuracy": rec["dev_after"]["accuracy"],
                                         "dev_accuracy": dev(rres.model, rres.info), "kl_before": rec["kl_before"],

@@ -766,8 +766,8 @@ def _latency_pruning(params: dict, latency: dict) -> str:
     pe, le = end(params), end(latency)
     return paragraph(f"""
         **Pruning by latency** (`compress --prune-target latency`, `tools/bench/results/{LATENCY_PRUNING_RUN}.{{json,md}}`,
-        {latency['date']}, same host, same fine-tuned model). The cost model prices one attention-core FLOP at about 5
-        int8-linear FLOPs here, so `fast` at 50% of the latency keeps {l50['heads']} heads and {l50['ffn']:,} neurons where
+        {latency['date']}, same host, same fine-tuned model). The cost model prices one attention-core FLOP at
+        {latency['compress']['prune_measure']['attention_weight']:.2f} int8-linear FLOPs here, so `fast` at 50% of the latency keeps {l50['heads']} heads and {l50['ffn']:,} neurons where
         50% of the parameters keeps more heads. Verification measured {num(lv, 2)} ms against {num(pv, 2)} ms for the
         parameter pruning ({100 * (1 - lv / pv):.0f}% faster), and on the validation rows it lost {l50['val_drop']:.2f}
         points against {p50['val_drop']:.2f} (1,000 rows: about a point of noise). At the latency end `fast` 70% ran at

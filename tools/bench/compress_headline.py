@@ -317,6 +317,9 @@ def run_compress(cfg, run_dir: Path, args) -> dict:
         log.warning("compress: %s", exc)
     comp["wall_s"] = round(time.perf_counter() - t0, 1)
     comp["validation"] = measured_rows(run_dir)
+    plan_doc = run_dir / "plan" / "plan.json"  # what a pruning's sparsity measured (the first attempt's plan)
+    if plan_doc.is_file():
+        comp["prune_measure"] = json.loads(plan_doc.read_text()).get("prune_measure") or {"target": "params"}
     doc_path = run_dir / "compress.json"
     if doc_path.is_file():
         doc = json.loads(doc_path.read_text())

@@ -42,6 +42,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import time  # noqa: E402
 
 ROOT = _HERE.parents[1]
@@ -162,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
     peers = build_peers(teacher_dir, args.peers, data=data, seq_len=args.seq_len)["programs"]
     progs = {**{n: peers[n] for n in PEERS}, **programs}
-    doc["load_before"] = list(__import__("os").getloadavg())
+    doc["load_before"] = list(os.getloadavg())
     timing = time_programs(progs, seq_len=args.seq_len, threads=1, runs=args.runs)
-    doc["load_after"] = list(__import__("os").getloadavg())
+    doc["load_after"] = list(os.getloadavg())
     fastest = min(PEERS, key=lambda n: timing[n]["median_ms"])
     doc["peers"] = {n: timing[n] for n in PEERS}
     doc["fastest_peer"], doc["fastest_peer_ms"] = fastest, timing[fastest]["median_ms"]

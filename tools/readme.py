@@ -1627,6 +1627,16 @@ def recovery(r: Results) -> str:
         parts.append("\n".join(["#### " + body[0][3:], *body[1:]]).strip())
     parts += [line for line in mod.markdown(d["tasks"], d.get("latency")).split("\n") if line.startswith("Latency: ")]
     parts.append("![Δ dev accuracy against encoder sparsity, pruned only and recovered](tools/bench/results/recovery.png)")
+    if r.has("recovery-1200"):
+        longer = r("recovery-1200")
+        parts.append(paragraph("""
+            **A longer recovery** (`tools/bench/recovery.py --steps 1200 --recovery-rows 32000`,
+            `results/recovery-1200.{json,md}`): the same teachers' prunings distilled for 1,200 steps on up to 32,000
+            training rows (banking77 has fewer: all of its training rows but the validation ones). The accuracy prior does
+            not read these rows yet; `compress` still recovers for 300 steps."""))
+        for name in sorted(longer["tasks"]):
+            body = mod.task_markdown(longer["tasks"][name])
+            parts.append("\n".join(["#### " + body[0][3:] + " (1,200 steps)", *body[1:]]).strip())
     return "\n\n".join(parts)
 
 

@@ -270,7 +270,7 @@ class CompressConfig(Config):
     prune_target: str = knob("params", choices=PRUNE_TARGETS, help=(
         "What a pruned candidate's sparsity measures: params (the encoder's parameters) or latency (its FLOPs at the "
         "budget's length with the attention core weighted by what it costs per FLOP on the target, from the cost "
-        "model: a head costs about twice its parameters beside int8 linears, so more heads go and more FFN stays)."))
+        "model: beside int8 linears a head costs more than its parameters say, so more heads go and more FFN stays)."))
     dynamic: str = knob("auto", choices=DYNAMIC_MODES, help=(
         "auto: train early exits on the fine-tuned model, measure how deep validation sentences run, and let the "
         "planner offer every candidate with exits too (chosen only where the latency statistic gains within "

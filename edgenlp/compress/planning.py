@@ -33,8 +33,8 @@ def attention_weight(target, shape, *, seq_len: int, threads: int = 1, precision
     ``shape`` at ``seq_len`` with ``precision`` linears: the weight a
     ``latency`` pruning target prices each head's attention core at
     (:class:`~edgenlp.prune.config.PruneConfig`). On a CPU the attention core
-    and its softmax run in fp32 beside int8 GEMMs, so a head costs about twice
-    what its parameters say.
+    and its softmax run in fp32 beside int8 GEMMs, so a head costs more than
+    its parameters say.
     """
     from edgenlp.models.arithmetic import component_flops
     from edgenlp.targets.costmodel import CostModel

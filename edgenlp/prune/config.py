@@ -57,7 +57,7 @@ class PruneConfig(Config):
                        help="What the sparsity measures: encoder parameters, encoder FLOPs at --seq-len, or latency "
                             "(FLOPs with the attention core weighted by --attention-weight).")
     attention_weight: float = knob(1.0, help="Latency target: what one attention-core FLOP costs in linear-layer FLOPs "
-                                             "on the device (about 5 for int8 linears on a CPU at seq 128).")
+                                             "on the device (compress derives it from the target's cost model).")
     seq_len: int = knob(128, help="Sequence length of the FLOPs measure (and of the size report).")
     finetune_epochs: float = knob(0.0, help="Epochs of distilled fine-tuning of the pruned model from the teacher.")
     train_limit: int | None = knob(None, help="Use a seeded subset of this many training rows (default: all).")

@@ -51,6 +51,10 @@ def teacher(args, task, workdir: Path):
     from edgenlp.models.registry import load_model
 
     out = workdir / "teacher"
+    mark = workdir / "task.txt"  # one task per workdir: two tasks' runs in one would train over each other's teacher
+    if mark.is_file() and mark.read_text().strip() != task.name:
+        raise SystemExit(f"error: {workdir} holds the {mark.read_text().strip()} teacher; give {task.name} its own --workdir")
+    mark.write_text(task.name + "\n")
     if not (out / "finetune.json").is_file():
         model, info = load_model("minilm-l6", labels=task.labels)
         cfg = FinetuneConfig(method="full", epochs=args.finetune_epochs,

@@ -722,11 +722,11 @@ def compress_headline(r: Results) -> str:
     if r.has(LATENCY_PRUNING_RUN) and r.has(HEADLINE_RUNS[-1]):
         blocks.append(_latency_pruning(r(HEADLINE_RUNS[-1]), r(LATENCY_PRUNING_RUN)))
     if r.has("recovery-budget"):
-        blocks.append(_recovery_budget(r("recovery-budget")))
+        blocks.append(_recovery_budget(r("recovery-budget"), long_rows=r.has("recovery-1200")))
     return "\n\n".join(blocks)
 
 
-def _recovery_budget(d: dict) -> str:
+def _recovery_budget(d: dict, *, long_rows: bool) -> str:
     """``recovery_budget.py``: the headline's prunings again with longer recovery, timed beside the same peers."""
     rows = d["rows"]
     short, long_ = min(r["steps"] for r in rows), max(r["steps"] for r in rows)
@@ -736,6 +736,10 @@ def _recovery_budget(d: dict) -> str:
                f"peer and loses **{best['dev_drop']:.2f}** points on dev: the {d['speedup']:g}× target within {d['max_drop']:g} point is "
                "there once the recovery is long enough." if best else
                f"No pruning met X and the {d['max_drop']:g}-point bound at either budget.")
+    offered = ("`compress --recovery long` spends the longer budget, planned with the prior's rows measured at it"
+               " ([Recovery distillation](#recovery-distillation))." if long_rows else
+               "The planner's accuracy prior has rows at the quick preset's budget only, so `compress` does not offer the"
+               " longer recovery yet.")
     table_md = _bench_module("recovery_budget").markdown(d).split("\n")
     body = [line for line in table_md if line.startswith("|")]
     tail = [line for line in table_md if line.startswith("Peers in the same process")]
@@ -744,8 +748,7 @@ def _recovery_budget(d: dict) -> str:
         `tools/bench/results/recovery-budget.{{json,md}}`, {d['date']}): the headline run's prunings again, on the same
         fine-tuned model and validation rows, recovered for {short:,} steps (the quick preset's budget) and for {long_:,} (the
         same recovery on {long_ / short:g}× the rows), each built as `compress` builds it and timed beside the same peers in one process.
-        {verdict} The planner's accuracy prior has rows at the quick preset's budget only, so `compress` does not offer
-        the longer recovery yet."""), "\n".join(body), "\n".join(tail)])
+        {verdict} {offered}"""), "\n".join(body), "\n".join(tail)])
 
 
 LATENCY_PRUNING_RUN = "compress-headline-amd-avx512vnni-latency"  # the same host's headline, pruning by latency
@@ -784,7 +787,7 @@ def _headline_head(d: dict, name: str, sp: float, ref: float) -> str:
     """The paragraph that opens a headline run's block: the target, the budgets, the model and the host."""
     return paragraph(f"""
         **The headline target** (`tools/bench/compress_headline.py`, `tools/bench/results/{name}.{{json,md}}`, {d['date']}):
-        `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}` at seq {d['seq_len']} / {d['threads']} thread, with X the
+        `compress --target host --latency-ms X --max-drop {d['max_drop']:.1f}{' --recovery ' + d['recovery'] if d.get('recovery') else ''}` at seq {d['seq_len']} / {d['threads']} thread, with X the
         fastest peer's time divided by {sp:g}, measured in the same process, and a size budget of {d['size_fraction']:.0%} of the fp32
         `model.pte`. SST-2, Learner-tuned MiniLM at {pct(ref)}%; every time is the median of {d['runs']} alternating rounds.
         {host(d)}
@@ -1629,11 +1632,16 @@ def recovery(r: Results) -> str:
     parts.append("![Δ dev accuracy against encoder sparsity, pruned only and recovered](tools/bench/results/recovery.png)")
     if r.has("recovery-1200"):
         longer = r("recovery-1200")
-        parts.append(paragraph("""
+        same = all(longer["tasks"][t]["teacher"]["dev_accuracy"] == d["tasks"].get(t, {}).get("teacher", {}).get("dev_accuracy")
+                   for t in longer["tasks"])
+        sparsities = sorted({row["sparsity"] for t in longer["tasks"].values() for row in t["rows"] if row.get("chosen")})
+        parts.append(paragraph(f"""
             **A longer recovery** (`tools/bench/recovery.py --steps 1200 --recovery-rows 32000`,
-            `results/recovery-1200.{json,md}`): the same teachers' prunings distilled for 1,200 steps on up to 32,000
-            training rows (banking77 has fewer: all of its training rows but the validation ones). The accuracy prior does
-            not read these rows yet; `compress` still recovers for 300 steps."""))
+            `results/recovery-1200.{{json,md}}`): {"the same teachers'" if same else "teachers fine-tuned the same way (trained
+            again, so their accuracies differ a little from the ones above)"} prunings distilled for 1,200 steps on up to
+            32,000 training rows (banking77 has fewer: all of its training rows but the validation ones). `compress
+            --recovery long` spends this budget, and the accuracy prior takes these rows at it: with it the planner offers
+            `fast` at {" and ".join(f"{100 * x:.0f}%" for x in sparsities)}, the sparsities measured here."""))
         for name in sorted(longer["tasks"]):
             body = mod.task_markdown(longer["tasks"][name])
             parts.append("\n".join(["#### " + body[0][3:] + " (1,200 steps)", *body[1:]]).strip())

@@ -14,12 +14,13 @@ say *what* to build; the preset says how hard to try):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edgenlp.config import Config, check_positive, knob
 
 PRESET_NAMES = ("quick", "full")
 PRUNE_TARGETS = ("params", "latency")  # what compress prunes a candidate's sparsity of
+RECOVERY_NAMES = ("short", "long")  # the recovery budgets compress offers (RECOVERY_BUDGETS)
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,14 @@ _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs
 # The recovery distillation after fast / importance: 300 steps of 32 on 8,000 training rows (what the quick
 # preset's fine-tune spends) at lr 2e-4 (4x DistillConfig's default, near the full fine-tune's tuned 1.6e-4; the one
 # rate tools/bench/recovery.py ran); the prior's rows for those methods were measured with exactly this (recovery.json).
-_RECOVERY = (("train_limit", 8000), ("epochs", 2.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
+# ``epochs`` is set high so that ``max_steps`` ends the run on any task (DistillConfig.budget() leaves epochs out
+# where max_steps is set; the prior's rows all ran their max_steps).
+_RECOVERY = (("train_limit", 8000), ("epochs", 100.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
+# compress --recovery long: 1,200 steps of 32 on up to 32,000 training rows at the same rate, the budget
+# tools/bench/recovery_budget.py chose on validation rows held out of train (after fast at 60% and 70% it recovered
+# more than a point the short budget left); the prior's rows for it: recovery-1200.json (tools/bench/recovery.py).
+_RECOVERY_LONG = (("train_limit", 32000), ("epochs", 100.0), ("max_steps", 1200), ("max_seq_len", 64), ("lr", 2e-4))
+RECOVERY_BUDGETS = {"short": _RECOVERY, "long": _RECOVERY_LONG}
 
 # Early exits for the planner: trained on up to 8,000 (quick) / 16,000 (full) training rows, calibrated on 4,000 /
 # 8,000 rows held out of them (rows the fine-tuning did not see where there are enough; at most a fifth of the
@@ -267,6 +275,11 @@ class CompressConfig(Config):
     latency_stat: str | None = knob(None, choices=LATENCY_STATS, help=(
         "The statistic over inputs the latency budget bounds (default: the target's, p90). Static bundles cost the "
         "same on every input; with early exits mean < p90 <= max, and max is the full depth."))
+    recovery: str | None = knob(None, choices=RECOVERY_NAMES, help=(
+        "The recovery distillation after a pruning that does not distil by itself (fast): short (300 steps of 32 on "
+        "8,000 training rows) or long (1,200 steps on up to 32,000 rows: about four times the minutes per pruned "
+        "candidate, for the higher sparsities the short one cannot bring back within --max-drop). Default: the "
+        "preset's (short). The prior offers the sparsities measured at that budget."))
     prune_target: str = knob("params", choices=PRUNE_TARGETS, help=(
         "What a pruned candidate's sparsity measures: params (the encoder's parameters) or latency (its FLOPs at the "
         "budget's length with the attention core weighted by what it costs per FLOP on the target, from the cost "
@@ -305,6 +318,8 @@ class CompressConfig(Config):
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
         if self.latency_stat is not None and self.latency_stat not in LATENCY_STATS:
             raise ValueError(f"latency_stat must be one of {', '.join(LATENCY_STATS)}, got {self.latency_stat!r}")
+        if self.recovery is not None and self.recovery not in RECOVERY_NAMES:
+            raise ValueError(f"recovery must be one of {', '.join(RECOVERY_NAMES)}, got {self.recovery!r}")
         if self.prune_target not in PRUNE_TARGETS:
             raise ValueError(f"prune_target must be one of {', '.join(PRUNE_TARGETS)}, got {self.prune_target!r}")
         if self.dynamic not in DYNAMIC_MODES:
@@ -312,4 +327,11 @@ class CompressConfig(Config):
 
     @property
     def resolved_preset(self) -> Preset:
-        return PRESETS[self.preset]
+        """The preset, with the recovery budget ``recovery`` names where it is set."""
+        preset = PRESETS[self.preset]
+        return preset if self.recovery is None else replace(preset, recovery=RECOVERY_BUDGETS[self.recovery])
+
+    @property
+    def recovery_changed(self) -> bool:
+        """Whether ``recovery`` spends another budget than the preset's own (the measured candidates are then others)."""
+        return self.resolved_preset.recovery != PRESETS[self.preset].recovery

@@ -541,9 +541,12 @@ class Compressor:
 
     def measured_key(self, ft: StageRecord) -> dict:
         """What this run's measurements are cached under: the model, the task's data, the fine-tuning (and what a
-        pruning's sparsity measures, when it is not the parameters: the same sparsity then removes other units)."""
+        pruning's sparsity measures, when it is not the parameters: the same sparsity then removes other units; and
+        the recovery budget, when it is not the preset's)."""
         key = {"model": model_key(self.config.model), "data": self.data_key,
                "finetune": finetune_config(self.config, self.preset, self.data.num_labels).to_dict(), "seed": self.config.seed}
+        if self.config.recovery_changed:  # a longer recovery leaves the same pruning more accurate
+            key["recovery"] = self.preset.recovery_config().budget()
         measure = self.prune_measure(ft)
         return {**key, "prune_measure": measure} if measure else key
 

@@ -269,10 +269,15 @@ class DistillConfig(Config):
         """What this distillation spends and how it learns: every knob but :attr:`NOT_BUDGET`, as plain values.
 
         The accuracy prior keys a recovered pruning row by it, and ``compress``
-        recovers with exactly the budget its rows were measured at.
+        recovers with exactly the budget its rows were measured at. Where
+        ``max_steps`` is set it is the length of the run and ``epochs`` is left
+        out: the prior's rows ran their ``max_steps`` (``tools/bench/accuracy_prior.py``
+        checks), and ``compress`` sets ``epochs`` high enough that ``max_steps``
+        ends its runs on any task, however many rows it has.
         """
         d = self.to_dict()
-        return {k: d[k] for k in self.field_names() if k not in self.NOT_BUDGET}
+        skip = (*self.NOT_BUDGET, "epochs") if self.max_steps is not None else self.NOT_BUDGET
+        return {k: d[k] for k in self.field_names() if k not in skip}
 
 
 SPARSE_BLOCKS = ("1x4", "1x8", "4x1")

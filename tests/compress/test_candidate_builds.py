@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from edgenlp.compress import pipeline
-from edgenlp.compress.config import PRESETS, CompressConfig
+from edgenlp.compress.config import PRESETS, RECOVERY_NAMES, CompressConfig
 from edgenlp.compress.stages import StageRunner
 
 
@@ -76,11 +76,47 @@ def test_no_pruning_no_recovery(tmp_path, calls):
     assert calls == {"prune": [], "recover": []} and rec.result["identity"]
 
 
-def test_every_preset_recovers_with_a_valid_config():
-    for name, preset in PRESETS.items():
-        cfg = preset.recovery_config(seed=0)
+@pytest.mark.parametrize("recovery", [None, *RECOVERY_NAMES])
+def test_every_preset_recovers_with_a_valid_config(recovery):
+    for name in PRESETS:
+        cfg = CompressConfig(preset=name, recovery=recovery).resolved_preset.recovery_config(seed=0)
         assert cfg.max_steps and cfg.train_limit, name  # bounded: compress spends what the prior measured, no more
-        assert set(cfg.budget()) == set(cfg.field_names()) - set(cfg.NOT_BUDGET)
+        # max_steps is the length of the run (the budget leaves epochs out): epochs never end it first, even on a
+        # task of 1,000 rows
+        assert cfg.epochs * 1000 >= cfg.max_steps * cfg.batch_size, (name, recovery)
+        assert set(cfg.budget()) == set(cfg.field_names()) - set(cfg.NOT_BUDGET) - {"epochs"}
+
+
+def test_the_long_recovery_reaches_the_recovery_step_the_plan_and_the_cache_key(tmp_path, calls):
+    """``--recovery long`` recovers with the long budget, plans with the prior's rows at it, and keeps its measured
+    candidates apart from the short recovery's; naming the preset's own recovery changes nothing."""
+    import dataclasses
+
+    from edgenlp.compress.config import RECOVERY_BUDGETS
+
+    c = _compressor(tmp_path, "quick")
+    c.data = SimpleNamespace(labels=("neg", "pos"), num_labels=2)
+    c.data_key = {"task": "tiny"}
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    short_key, short_budget = c.measured_key(ft), c.preset.prune_budget_map()
+    assert "recovery" not in short_key
+    c.config = dataclasses.replace(c.config, recovery="short")
+    c.preset = c.config.resolved_preset
+    assert (c.measured_key(ft), c.preset.prune_budget_map()) == (short_key, short_budget)
+    c.config = dataclasses.replace(c.config, recovery="long")
+    c.preset = c.config.resolved_preset
+    plan = SimpleNamespace(result={"chosen": {"prune_method": "fast", "sparsity": 0.7}}, stage="plan", run_id="p")
+    rec = c.prune(ft, plan, attempt=1)
+    (cfg,) = calls["recover"]
+    assert cfg.to_dict() == {**cfg.to_dict(), **dict(RECOVERY_BUDGETS["long"])} and cfg.max_steps > 300
+    assert rec.inputs["recovery"] == cfg.to_dict() and rec.inputs["budget"]["recovery"] == cfg.budget()
+    assert c.preset.prune_budget_map()["fast"]["recovery"] == cfg.budget() != short_budget["fast"]["recovery"]
+    assert c.measured_key(ft) == {**short_key, "recovery": cfg.budget()}
+
+
+def test_recovery_is_validated():
+    with pytest.raises(ValueError, match="recovery must be one of"):
+        CompressConfig(recovery="longer")
 
 
 class ParallelExecutor:

@@ -92,6 +92,17 @@ def test_the_distill_step_round_trips(tmp_path, task, make_finetuned):
     assert json.loads((out / "distill.json").read_text())["steps"] == 2
 
 
+def test_the_budget_is_the_steps_where_max_steps_is_set():
+    """The prior keys a recovered row by the budget: with ``max_steps`` set, the steps are the length of the run and
+    epochs (set however high a task's size needs) do not part two rows; without it, the epochs are the length."""
+    from edgenlp.prune.config import DistillConfig
+
+    a, b = DistillConfig(max_steps=1200, epochs=2.0, lr=2e-4), DistillConfig(max_steps=1200, epochs=5.0, lr=2e-4, seed=7)
+    assert a.budget() == b.budget() and "epochs" not in a.budget() and a.budget()["max_steps"] == 1200
+    assert DistillConfig(max_steps=300, lr=2e-4).budget() != a.budget()
+    assert DistillConfig(epochs=2.0).budget()["epochs"] == 2.0 != DistillConfig(epochs=3.0).budget()["epochs"]
+
+
 @pytest.mark.parametrize("field, value", [("epochs", 0), ("lr", -1.0), ("temperature", 0), ("batch_size", 0),
                                           ("warmup_fraction", 1.0), ("budget_minutes", 0), ("max_steps", 0)])
 def test_the_config_refuses_bad_values(field, value):

@@ -150,10 +150,11 @@ def test_compress_offers_each_method_at_the_measured_budget_only():
 
 def test_compress_prunes_with_the_budget_the_prior_measured():
     """The prune config compress builds for each method runs exactly the budget of the prior's rows (knobs a method lacks never ran)."""
-    from edgenlp.compress.config import PRESETS
+    from edgenlp.compress.config import PRESETS, RECOVERY_NAMES, CompressConfig
     from edgenlp.prune import prune_config
 
-    for name, preset in PRESETS.items():
+    for name, recovery in [(n, r) for n in PRESETS for r in (None, *RECOVERY_NAMES)]:
+        preset = CompressConfig(preset=name, recovery=recovery).resolved_preset
         acc = AccuracyModel(budgets=preset.prune_budget_map())
         for method in preset.prune_methods:
             cfg = prune_config(method, target_sparsity=0.5, **preset.prune_kwargs(method))

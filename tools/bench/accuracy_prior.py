@@ -10,8 +10,9 @@ the row's drop). No number is typed here: rerun this after a benchmark rerun.
   budget): the drop in points of each (method, target sparsity) per task,
   with the budget it was measured at (the prune config's knobs that set how
   much data and training it spent; ``compress`` presets spend exactly these);
-* pruning then recovery distillation: ``recovery.json``
-  (``tools/bench/recovery.py``, one teacher per task): the drop of each (method, target sparsity)
+* pruning then recovery distillation: ``recovery.json`` (the short recovery) and
+  ``recovery-1200.json`` (the long one)
+  (``tools/bench/recovery.py``, one teacher per task and file): the drop of each (method, target sparsity)
   after the recovery whose learning rate that run chose on its validation
   split (the row marked ``chosen``), at the pruning budget plus the recovery's
   (``recovery``: :meth:`edgenlp.prune.config.DistillConfig.budget`);
@@ -92,30 +93,38 @@ def prune_rows() -> list[dict]:
     return sorted(out, key=lambda r: (r["method"], json.dumps(r["budget"], sort_keys=True), r["sparsity"]))
 
 
-RECOVERY_FILE = "recovery.json"
+# the short recovery (compress's default) and the long one (compress --recovery long), each run of recovery.py
+RECOVERY_FILES = ("recovery.json", "recovery-1200.json")
 
 
 def recovery_rows() -> list[dict]:
-    """Rows measured with recovery: per task of ``recovery.json``, the chosen recovered row per (method, sparsity)."""
+    """Rows measured with recovery: per file of :data:`RECOVERY_FILES` and task, the chosen recovered row per
+    (method, sparsity, recovery budget). A row whose recovery stopped before its ``max_steps`` is refused: the
+    budget leaves ``epochs`` out because ``max_steps`` is the length of the run."""
     from edgenlp.prune.config import DistillConfig
 
     rows: dict[tuple, dict] = {}
-    path = RESULTS / RECOVERY_FILE
-    if not path.is_file():
-        return []
-    for doc in json.loads(path.read_text())["tasks"].values():
-        teacher = float(doc["teacher"]["dev_accuracy"])
-        for r in doc["rows"]:
-            if not r.get("chosen"):
-                continue
-            budget = {**budget_of(r["method"], r["prune_config"]),
-                      "recovery": DistillConfig.from_dict(r["config"]).budget()}
-            key = (r["method"], float(r["sparsity"]), json.dumps(budget, sort_keys=True))
-            row = rows.setdefault(key, {"method": r["method"], "sparsity": float(r["sparsity"]), "budget": budget,
-                                        "measured": {}, "source": f"tools/bench/results/{path.name}"})
-            if doc["task"] in row["measured"]:
-                raise SystemExit(f"{path}: two chosen rows for {r['method']} at {r['sparsity']} on {doc['task']}")
-            row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["dev_accuracy"])), 4)
+    for name in RECOVERY_FILES:
+        path = RESULTS / name
+        if not path.is_file():
+            continue
+        for doc in json.loads(path.read_text())["tasks"].values():
+            teacher = float(doc["teacher"]["dev_accuracy"])
+            for r in doc["rows"]:
+                if not r.get("chosen"):
+                    continue
+                cfg = DistillConfig.from_dict(r["config"])
+                if cfg.max_steps is not None and r["steps"] != cfg.max_steps:
+                    raise SystemExit(f"{path}: the recovery of {r['method']} at {r['sparsity']} on {doc['task']} ran "
+                                     f"{r['steps']} of its {cfg.max_steps} steps")
+                budget = {**budget_of(r["method"], r["prune_config"]), "recovery": cfg.budget()}
+                key = (r["method"], float(r["sparsity"]), json.dumps(budget, sort_keys=True))
+                row = rows.setdefault(key, {"method": r["method"], "sparsity": float(r["sparsity"]), "budget": budget,
+                                            "measured": {}, "source": f"tools/bench/results/{path.name}"})
+                if doc["task"] in row["measured"] or row["source"] != f"tools/bench/results/{path.name}":
+                    raise SystemExit(f"{path}: two chosen rows for {r['method']} at {r['sparsity']} on {doc['task']} "
+                                     "at one budget")
+                row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["dev_accuracy"])), 4)
     return list(rows.values())
 
 

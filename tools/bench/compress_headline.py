@@ -116,7 +116,8 @@ def markdown(r: dict) -> str:
     lines = [f"# `compress` headline target on the host ({r['date']})", "",
              f"Host: {r['cpu']}, ISA flags: {r['isa']}. MiniLM-L6 on {r['task']}, seq {r['seq_len']}, {r['threads']} thread(s); "
              f"every time is the median of {r['runs']} alternating rounds in one process; a pruning's sparsity measures "
-             f"{r.get('prune_target', 'params')}. {r.get('note', '')}", "",
+             f"{r.get('prune_target', 'params')}; the recovery after a pruning is the {r.get('recovery') or 'preset'}'s"
+             f"{' one' if r.get('recovery') else ''}. {r.get('note', '')}", "",
              "## Peers (before compress)", "", "| program | median ms | p10–p90 ms |", "|---|---:|---|"]
     for name, t in r["peers_before"].items():
         lines.append(f"| {name} | {f(t['median_ms'])} | {f(t['p10_ms'])}–{f(t['p90_ms'])} |")
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="quick")
     p.add_argument("--prune-target", default="params", help="What a pruned candidate's sparsity measures "
                    "(compress --prune-target).")
+    p.add_argument("--recovery", default=None, choices=("short", "long"),
+                   help="The recovery distillation after a pruning (compress --recovery; default: the preset's).")
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--finetune-from", type=Path, default=None, help="A finished compress run's finetune/ folder to reuse.")
@@ -223,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env["cpu"].get("model", "?"), "isa": isa_flags(),
               "task": args.task, "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs, "max_drop": args.max_drop,
               "size_fraction": args.size_fraction, "speedup": args.speedup, "prune_target": args.prune_target,
+              "recovery": args.recovery,
               "note": args.note, "environment": env}
 
     def write() -> None:
@@ -230,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base_cfg = dict(model=args.model, task=args.task, target="host", seq_len=args.seq_len, threads=args.threads,
                     max_drop=args.max_drop, preset=args.preset, max_attempts=args.max_attempts,
-                    prune_target=args.prune_target)
+                    prune_target=args.prune_target, recovery=args.recovery)
     # 1. the fine-tuned model (the stage does not depend on the budgets, so the compress run below reuses it)
     probe = Compressor(CompressConfig(**base_cfg), run_dir, data_dir=args.data_dir, device="auto", progress=False,
                        echo=lambda m: log.info("%s", m))

@@ -1635,13 +1635,24 @@ def recovery(r: Results) -> str:
         same = all(longer["tasks"][t]["teacher"]["dev_accuracy"] == d["tasks"].get(t, {}).get("teacher", {}).get("dev_accuracy")
                    for t in longer["tasks"])
         sparsities = sorted({row["sparsity"] for t in longer["tasks"].values() for row in t["rows"] if row.get("chosen")})
+        teachers = ("the same teachers' (fine-tuned again the same way, to the same accuracies)" if same else
+                    "teachers fine-tuned the same way (trained again, so their accuracies differ a little from the ones above)")
+        offered = ", ".join(f"{100 * x:.0f}%" for x in sparsities)
+
+        def dev_drop(doc: dict, sparsity: float) -> str:
+            rows = [x for x in doc["rows"] if x.get("chosen") and x["method"] == "fast" and x["sparsity"] == sparsity]
+            return f"{100 * (doc['teacher']['dev_accuracy'] - rows[0]['dev_accuracy']):.2f}" if rows else "–"
+
+        compared = "; ".join(
+            f"{100 * x:.0f}%: " + " / ".join(dev_drop(d["tasks"][t], x) for t in ("sst2", "banking77")) + " → "
+            + " / ".join(dev_drop(longer["tasks"][t], x) for t in ("sst2", "banking77")) for x in sparsities)
         parts.append(paragraph(f"""
             **A longer recovery** (`tools/bench/recovery.py --steps 1200 --recovery-rows 32000`,
-            `results/recovery-1200.{{json,md}}`): {"the same teachers'" if same else "teachers fine-tuned the same way (trained
-            again, so their accuracies differ a little from the ones above)"} prunings distilled for 1,200 steps on up to
-            32,000 training rows (banking77 has fewer: all of its training rows but the validation ones). `compress
-            --recovery long` spends this budget, and the accuracy prior takes these rows at it: with it the planner offers
-            `fast` at {" and ".join(f"{100 * x:.0f}%" for x in sparsities)}, the sparsities measured here."""))
+            `results/recovery-1200.{{json,md}}`): {teachers} prunings distilled for 1,200 steps on up to 32,000 training rows
+            (banking77 has fewer: all of its training rows but the validation ones). `compress --recovery long` spends this
+            budget, and the accuracy prior takes these rows at it: with it the planner offers `fast` at {offered}, the
+            sparsities measured here. Dev drop against the teacher, SST-2 / banking77, short → long recovery:
+            {compared}."""))
         for name in sorted(longer["tasks"]):
             body = mod.task_markdown(longer["tasks"][name])
             parts.append("\n".join(["#### " + body[0][3:] + " (1,200 steps)", *body[1:]]).strip())

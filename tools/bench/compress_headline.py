@@ -113,11 +113,11 @@ PEERS = ("ONNX Runtime fp32", "ONNX Runtime int8 dynamic per-channel", "ExecuTor
 
 def markdown(r: dict) -> str:
     f = lambda v, d=2: "–" if v is None else f"{v:.{d}f}"  # noqa: E731
+    recovery = f"the {r['recovery']} one" if r.get("recovery") else "the preset's"
     lines = [f"# `compress` headline target on the host ({r['date']})", "",
              f"Host: {r['cpu']}, ISA flags: {r['isa']}. MiniLM-L6 on {r['task']}, seq {r['seq_len']}, {r['threads']} thread(s); "
              f"every time is the median of {r['runs']} alternating rounds in one process; a pruning's sparsity measures "
-             f"{r.get('prune_target', 'params')}; the recovery after a pruning is the {r.get('recovery') or 'preset'}'s"
-             f"{' one' if r.get('recovery') else ''}. {r.get('note', '')}", "",
+             f"{r.get('prune_target', 'params')}; the recovery after a pruning is {recovery}. {r.get('note', '')}", "",
              "## Peers (before compress)", "", "| program | median ms | p10–p90 ms |", "|---|---:|---|"]
     for name, t in r["peers_before"].items():
         lines.append(f"| {name} | {f(t['median_ms'])} | {f(t['p10_ms'])}–{f(t['p90_ms'])} |")

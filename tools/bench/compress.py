@@ -82,6 +82,10 @@ def chosen_text(c: dict) -> str:
         parts.append(f"emb {c['embeddings']}")
     if c.get("trim_vocab"):
         parts.append("trimmed vocab")
+    if c.get("block_sparsity"):
+        parts.append(f"{c['block_sparsity']:.0%} blocks zero")
+    if c.get("exits"):
+        parts.append("early exits")
     return ", ".join(parts)
 
 

@@ -1651,13 +1651,16 @@ def recovery(r: Results) -> str:
                     "teachers fine-tuned the same way (trained again, so their accuracies differ a little from the ones above)")
         offered = ", ".join(f"{100 * x:.0f}%" for x in sparsities)
 
-        def dev_drop(doc: dict, sparsity: float) -> str:
-            rows = [x for x in doc["rows"] if x.get("chosen") and x["method"] == "fast" and x["sparsity"] == sparsity]
-            return f"{100 * (doc['teacher']['dev_accuracy'] - rows[0]['dev_accuracy']):.2f}" if rows else "–"
+        # the drops the prior reads (tools/bench/accuracy_prior.py), per results file, sparsity and task
+        drops = {(row["source"].rsplit("/", 1)[-1], row["sparsity"]): row["measured"]
+                 for row in _bench_module("accuracy_prior").recovery_rows() if row["method"] == "fast"}
 
-        compared = "; ".join(
-            f"{100 * x:.0f}%: " + " / ".join(dev_drop(d["tasks"][t], x) for t in ("sst2", "banking77")) + " → "
-            + " / ".join(dev_drop(longer["tasks"][t], x) for t in ("sst2", "banking77")) for x in sparsities)
+        def dev_drop(name: str, sparsity: float) -> str:
+            return " / ".join(f"{v:.2f}" if (v := drops.get((name, sparsity), {}).get(t)) is not None else "–"
+                              for t in ("sst2", "banking77"))
+
+        compared = "; ".join(f"{100 * x:.0f}%: {dev_drop('recovery.json', x)} → {dev_drop('recovery-1200.json', x)}"
+                             for x in sparsities)
         parts.append(paragraph(f"""
             **A longer recovery** (`tools/bench/recovery.py --steps 1200 --recovery-rows 32000`,
             `results/recovery-1200.{{json,md}}`): {teachers} prunings distilled for 1,200 steps on up to 32,000 training rows

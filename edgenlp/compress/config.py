@@ -20,7 +20,6 @@ from edgenlp.config import Config, check_positive, knob
 
 PRESET_NAMES = ("quick", "full")
 PRUNE_TARGETS = ("params", "latency")  # what compress prunes a candidate's sparsity of
-RECOVERY_NAMES = ("short", "long")  # the recovery budgets compress offers (RECOVERY_BUDGETS)
 
 
 @dataclass(frozen=True)
@@ -155,6 +154,7 @@ _RECOVERY = (("train_limit", 8000), ("epochs", 100.0), ("max_steps", 300), ("max
 # more than a point the short budget left); the prior's rows for it: recovery-1200.json (tools/bench/recovery.py).
 _RECOVERY_LONG = (("train_limit", 32000), ("epochs", 100.0), ("max_steps", 1200), ("max_seq_len", 64), ("lr", 2e-4))
 RECOVERY_BUDGETS = {"short": _RECOVERY, "long": _RECOVERY_LONG}
+RECOVERY_NAMES = tuple(RECOVERY_BUDGETS)  # what --recovery may name
 
 # Early exits for the planner: trained on up to 8,000 (quick) / 16,000 (full) training rows, calibrated on 4,000 /
 # 8,000 rows held out of them (rows the fine-tuning did not see where there are enough; at most a fifth of the

@@ -105,7 +105,7 @@ def recovery_rows() -> list[dict]:
 
     rows: dict[tuple, dict] = {}
     for name in RECOVERY_FILES:
-        path = RESULTS / name
+        path, source = RESULTS / name, f"tools/bench/results/{name}"
         if not path.is_file():
             continue
         for doc in json.loads(path.read_text())["tasks"].values():
@@ -120,8 +120,8 @@ def recovery_rows() -> list[dict]:
                 budget = {**budget_of(r["method"], r["prune_config"]), "recovery": cfg.budget()}
                 key = (r["method"], float(r["sparsity"]), json.dumps(budget, sort_keys=True))
                 row = rows.setdefault(key, {"method": r["method"], "sparsity": float(r["sparsity"]), "budget": budget,
-                                            "measured": {}, "source": f"tools/bench/results/{path.name}"})
-                if doc["task"] in row["measured"] or row["source"] != f"tools/bench/results/{path.name}":
+                                            "measured": {}, "source": source})
+                if doc["task"] in row["measured"] or row["source"] != source:
                     raise SystemExit(f"{path}: two chosen rows for {r['method']} at {r['sparsity']} on {doc['task']} "
                                      "at one budget")
                 row["measured"][doc["task"]] = round(100.0 * (teacher - float(r["dev_accuracy"])), 4)

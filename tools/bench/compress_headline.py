@@ -188,6 +188,8 @@ def validation_lines(c: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from edgenlp.compress.config import RECOVERY_NAMES
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="minilm-l6")
     p.add_argument("--task", default="sst2")
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="quick")
     p.add_argument("--prune-target", default="params", help="What a pruned candidate's sparsity measures "
                    "(compress --prune-target).")
-    p.add_argument("--recovery", default=None, choices=("short", "long"),
+    p.add_argument("--recovery", default=None, choices=RECOVERY_NAMES,
                    help="The recovery distillation after a pruning (compress --recovery; default: the preset's).")
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--data-dir", default=None)

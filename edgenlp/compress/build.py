@@ -87,24 +87,21 @@ PRUNE_REPORT_KEYS = ("method", "target_sparsity", "achieved", "dev_before", "dev
 
 def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], labels, task, prune_kwargs: Mapping[str, Any],
                     seq_len: int, seed: int, recovery: Mapping[str, Any] | None, dev_before: Mapping[str, Any] | None = None,
-                    device: str = "cpu", progress: bool = False, exits: Mapping[str, Any] | None = None,
-                    sparsify: Mapping[str, Any] | None = None) -> dict:
+                    device: str = "cpu", progress: bool = False, sparsify: Mapping[str, Any] | None = None) -> dict:
     """One candidate's pruning (and recovery distillation) as an executor task: the pruned model directory at ``out``.
 
     ``prune_kwargs`` are the prune config knobs of the measured budget;
     ``recovery`` a :class:`~edgenlp.prune.config.DistillConfig` as a dict
     (``None``: the method distils by itself, or the plan does not prune).
     ``task`` is the tuning split (its dev is the validation split), so the
-    report's ``dev_*`` are validation accuracies. ``exits`` (a
-    :class:`~edgenlp.dynamic.config.DynamicConfig` as a dict) gives the pruned
-    model early exits of its own, trained and calibrated as the exits stage
-    did for the unpruned one. ``sparsify`` (a
+    report's ``dev_*`` are validation accuracies. ``sparsify`` (a
     :class:`~edgenlp.prune.config.SparsifyConfig` as a dict) then zeroes the
     candidate's ``block_sparsity`` of every encoder linear's blocks, distilling
     from the model at ``model_dir`` (an unpruned candidate starts from it as
     is). Returns the report's :data:`PRUNE_REPORT_KEYS` that it has (and
-    ``exits``: the calibrated threshold and validation drop; ``sparsify``: the
-    block pattern and its validation accuracy).
+    ``sparsify``: the block pattern and its validation accuracy). Early exits
+    go on afterwards, on the saved model (:func:`exits_candidate`), so a
+    candidate and its twin with exits share one pruning.
     """
     from edgenlp.models.registry import load_model
 
@@ -138,14 +135,30 @@ def prune_candidate(model_dir: str, out: str, *, candidate: Mapping[str, Any], l
                            "dev_before": d["dev_before"], "dev_after": d["dev_after"], "seconds": res.report["wall_s"]}
     if res is None:
         raise ValueError(f"candidate {dict(candidate)} neither prunes nor sparsifies")
-    if exits is None:
-        res.save(dest)
-        return out
+    res.save(dest)
+    return out
+
+
+def exits_candidate(model_dir: str, out: str, *, labels, task, exits: Mapping[str, Any], device: str = "cpu",
+                    progress: bool = False) -> dict:
+    """Early exits on a built (pruned) candidate as an executor task: the dynamic model directory at ``out``.
+
+    ``exits`` (a :class:`~edgenlp.dynamic.config.DynamicConfig` as a dict)
+    trains and calibrates the exits as the exits stage did for the unpruned
+    model; ``task`` is the tuning split. The backbone at ``model_dir`` is the
+    static candidate's own, so the twin with exits costs only its exits'
+    training. Returns ``{"exits": {threshold, validation_drop, mean_exit_layer,
+    reach}}``.
+    """
     from edgenlp.dynamic.api import make_dynamic
     from edgenlp.dynamic.config import DynamicConfig
+    from edgenlp.models.registry import load_model
 
-    dyn = make_dynamic(res.model, res.info, task, DynamicConfig.from_dict(dict(exits)), device=device)
+    dest = Path(out)
+    _clear_stale(dest)
+    model, info = load_model(model_dir, labels=list(labels))
+    dyn = make_dynamic(model, info, task, DynamicConfig.from_dict(dict(exits)), device=device)
     dyn.save(dest)
     chosen = dyn.report["validation"]["chosen"]
-    return {**out, "exits": {"threshold": dyn.model.spec.threshold, "validation_drop": chosen["drop"],
-                             "mean_exit_layer": chosen["mean_exit_layer"], "reach": chosen["reach"]}}
+    return {"exits": {"threshold": dyn.model.spec.threshold, "validation_drop": chosen["drop"],
+                      "mean_exit_layer": chosen["mean_exit_layer"], "reach": chosen["reach"]}}

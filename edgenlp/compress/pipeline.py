@@ -148,6 +148,23 @@ def _stage_name(stage: str, attempt: int, slot: int = 1) -> str:
     return name if slot == 1 else f"{name}-c{slot}"
 
 
+def _prunes(cand: dict) -> bool:
+    """Whether a candidate prunes or sparsifies (so it has a pruned model of its own)."""
+    return bool(cand.get("sparsity")) or bool(cand.get("block_sparsity"))
+
+
+def _static(cand: dict) -> dict:
+    """The candidate without early exits: what its pruning is built from."""
+    return {k: v for k, v in cand.items() if k != "exits"}
+
+
+def _how(cand: dict) -> tuple:
+    """How a candidate prunes: candidates alike share a prune stage (the exits count only when nothing is pruned:
+    then the stage hands on the exits stage's model or the fine-tuned one)."""
+    return (cand.get("prune_method"), cand.get("sparsity") or 0.0, cand.get("block_sparsity") or 0.0,
+            None if _prunes(cand) else bool(cand.get("exits")))
+
+
 def _accuracy(report: dict) -> float:
     return float(report["accuracy"])
 
@@ -430,10 +447,16 @@ class Compressor:
 
     # -- stage 4: prune
     def prune_build(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build | None":
-        """The prune stage of ``cand`` as a build (``None`` when the plan neither prunes nor sparsifies)."""
-        blocks = float(cand.get("block_sparsity") or 0.0)
-        if not cand.get("sparsity") and not blocks:
+        """The prune stage of ``cand`` as a build (``None`` when the plan neither prunes nor sparsifies).
+
+        The pruning is the static candidate's: early exits, when ``cand`` has
+        them, go on in a stage of their own (:meth:`exits_build`), so a
+        candidate and its twin with exits share one pruning and recovery.
+        """
+        if not _prunes(cand):
             return None
+        cand = _static(cand)
+        blocks = float(cand.get("block_sparsity") or 0.0)
         from edgenlp.compress.build import prune_candidate
         from edgenlp.executor import Task
 
@@ -454,24 +477,68 @@ class Compressor:
             inputs["measure"] = self.prune_measure(ft)
         if blocks:  # block sparsity under distillation from the fine-tuned model, at the budget the prior measured
             kwargs["sparsify"] = inputs["sparsify"] = self.preset.sparsify_config(blocks, seed=self.config.seed).to_dict()
-        if cand.get("exits"):  # the pruned model gets exits of its own, as the exits stage trained them
-            kwargs["exits"] = inputs["exits"] = self._exits_used()
         return Build(stage, inputs, (ft, plan), "model",
                      lambda dest, progress: Task(stage, prune_candidate, (str(ft.path / "model"), str(dest)),
                                                  {**kwargs, "progress": progress}),
                      lambda value: {"identity": False, "model": f"{stage}/model", "evaluated_on": "validation", **value})
 
-    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1) -> StageRecord:
+    def exits_build(self, pr: StageRecord, plan: StageRecord, attempt: int, cand: dict, slot: int = 1) -> "Build":
+        """Early exits on the pruned model of ``pr`` (the static candidate's prune stage), trained and calibrated as
+        the exits stage did for the unpruned model. The stage's result is the pruning's, with ``exits`` added."""
+        from edgenlp.compress.build import exits_candidate
+        from edgenlp.executor import Task
+
+        stage = _stage_name("prune-exits", attempt, slot)
+        kwargs = {"labels": self.data.labels, "task": self.tuning, "exits": self._exits_used(), "device": self.device}
+        inputs = {"candidate": cand, "exits": kwargs["exits"]}
+        return Build(stage, inputs, (pr, plan), "model",
+                     lambda dest, progress: Task(stage, exits_candidate, (str(self._model_path(pr)), str(dest)),
+                                                 {**kwargs, "progress": progress}),
+                     lambda value: {**pr.result, "model": f"{stage}/model", "pruned_by": pr.stage, **value})
+
+    def prune(self, ft: StageRecord, plan: StageRecord, attempt: int, cand: dict | None = None, slot: int = 1,
+              static: StageRecord | None = None) -> StageRecord:
+        """The prune stage of ``cand``: the pruned (and recovered) model it is built from.
+
+        For a pruned candidate with early exits, ``static`` is the prune stage
+        of its twin without them (built here when not given), and the exits go
+        on in a stage of their own on that model.
+        """
         cand = cand if cand is not None else plan.result["chosen"]
         b = self.prune_build(ft, plan, attempt, cand, slot)
         if b is not None:
-            return self._build_stage(b)
+            if not cand.get("exits"):
+                return self._build_stage(b)
+            return self._build_stage(self.exits_build(static or self._build_stage(b), plan, attempt, cand, slot))
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed, "budget": None,
                   "recovery": None}
         model = "exits/model" if cand.get("exits") else "finetune/model"  # unpruned: the exits stage's model as is
         return self._record(self.runner.run(_stage_name("prune", attempt, slot),
                                             lambda tmp: {"identity": True, "model": model},
                                             inputs=inputs, upstream=(ft, plan)))
+
+    def prune_shortlist(self, ft: StageRecord, plan: StageRecord, attempt: int, cands: list[dict]) -> list[StageRecord]:
+        """The prune stage of each candidate of the shortlist, each pruning built once.
+
+        Candidates pruned alike share one prune stage (the first slot's), and
+        a pruned candidate with early exits adds its exits to the pruned model
+        of its static twin, so the pruning and its recovery run once for both.
+        With a parallel executor the static prune stages, then the exits
+        stages, build at once.
+        """
+        statics: dict[tuple, tuple[int, dict]] = {}  # how a candidate prunes -> (first slot, static candidate)
+        exits: dict[tuple, tuple[int, dict]] = {}  # the same, for the pruned candidates with exits
+        for slot, cand in enumerate(cands, 1):
+            statics.setdefault(_how(cand), (slot, _static(cand) if _prunes(cand) else cand))
+            if _prunes(cand) and cand.get("exits"):
+                exits.setdefault(_how(cand), (slot, cand))
+        if self.parallel:
+            self.prebuild([b for slot, cand in statics.values() if (b := self.prune_build(ft, plan, attempt, cand, slot))])
+        done = {key: self.prune(ft, plan, attempt, cand, slot) for key, (slot, cand) in statics.items()}
+        if self.parallel:
+            self.prebuild([self.exits_build(done[key], plan, attempt, cand, slot) for key, (slot, cand) in exits.items()])
+        with_exits = {key: self.prune(ft, plan, attempt, cand, slot, static=done[key]) for key, (slot, cand) in exits.items()}
+        return [with_exits[_how(c)] if _prunes(c) and c.get("exits") else done[_how(c)] for c in cands]
 
     def _exits_used(self) -> dict:
         """The exits config the exits stage trained with (what a pruned candidate with exits repeats)."""
@@ -657,18 +724,9 @@ class Compressor:
                 exhausted = str(exc)  # every candidate left was ruled out by the failed attempts: report those
                 break
             shortlist = plan.result.get("shortlist") or [plan.result.get("predicted") or {"candidate": plan.result["chosen"]}]
-            # candidates pruned alike share one prune stage (the first slot's); with a parallel executor the
+            # each pruning built once (exits go on the static twin's pruned model); with a parallel executor the
             # shortlist's prune stages, then its export stages, build at once
-            firsts: dict[tuple, tuple[int, dict]] = {}
-            how = lambda c: (c.get("prune_method"), c.get("sparsity") or 0.0, bool(c.get("exits")),  # noqa: E731
-                             c.get("block_sparsity") or 0.0)
-            for slot, point in enumerate(shortlist, 1):
-                cand = point["candidate"]
-                firsts.setdefault(how(cand), (slot, cand))
-            if self.parallel:
-                self.prebuild([b for slot, cand in firsts.values() if (b := self.prune_build(ft, plan, attempt, cand, slot))])
-            pruned = {key: self.prune(ft, plan, attempt, cand, slot) for key, (slot, cand) in firsts.items()}
-            prs = [pruned[how(p["candidate"])] for p in shortlist]
+            prs = self.prune_shortlist(ft, plan, attempt, [p["candidate"] for p in shortlist])
             if self.parallel:
                 self.prebuild([self.export_build(pr, plan, attempt, p["candidate"], slot)
                                for slot, (p, pr) in enumerate(zip(shortlist, prs), 1)])

@@ -279,3 +279,38 @@ def test_a_latency_pruning_target_reaches_the_prune_step_and_the_cache_key(tmp_p
         assert rec.inputs["measure"] == key["prune_measure"] == {"target": "latency", "attention_weight": 5.4}
     else:
         assert cfg.target == "params" and "measure" not in rec.inputs and "prune_measure" not in key
+
+
+@pytest.mark.parametrize("executor", [None, "pool"])
+def test_a_candidate_with_exits_is_built_on_its_static_twins_pruning(tmp_path, calls, monkeypatch, executor):
+    """A pruned candidate with early exits adds them to the pruned model of its twin without: each pruning and its
+    recovery run once, however many candidates share them; an unpruned one takes the exits stage's model as is."""
+    import edgenlp.dynamic.api as dynamic_api
+    from edgenlp.dynamic.config import DynamicConfig
+
+    exits_on = []
+
+    class Dynamic:
+        model = SimpleNamespace(spec=SimpleNamespace(threshold=0.9))
+        report = {"validation": {"chosen": {"drop": 0.1, "mean_exit_layer": 3.0, "reach": [1.0, 0.5]}}}
+
+        def save(self, path):
+            Path(path).mkdir(parents=True)
+
+    monkeypatch.setattr(dynamic_api, "make_dynamic", lambda model, info, task, cfg, **k: exits_on.append(cfg) or Dynamic())
+    c = _compressor(tmp_path, "quick")
+    c.executor = ParallelExecutor() if executor else None
+    c.exits_rec = SimpleNamespace(result={"enabled": True, "config": DynamicConfig().to_dict()})
+    ft = SimpleNamespace(path=tmp_path / "finetune", result={}, stage="finetune", run_id="f")
+    plan = SimpleNamespace(result={}, stage="plan", run_id="p")
+    fast = {"prune_method": "fast", "sparsity": 0.5, "bits": "int8"}
+    cands = [fast, {**fast, "exits": True}, {**fast, "bits": "int4"}, {"prune_method": None, "sparsity": 0.0, "exits": True},
+             {**fast, "sparsity": 0.6, "exits": True}]
+    recs = c.prune_shortlist(ft, plan, 1, cands)
+    assert len(calls["prune"]) == len(calls["recover"]) == 2 and len(exits_on) == 2  # fast 50% and 60%, once each
+    assert [r.stage for r in recs] == ["prune", "prune-exits-c2", "prune", "prune-c4", "prune-exits-c5"]
+    assert [r.result.get("pruned_by") for r in recs] == [None, "prune", None, None, "prune-c5"]
+    assert recs[3].result == {"identity": True, "model": "exits/model"}
+    assert recs[1].result["exits"]["threshold"] == 0.9 and recs[1].inputs["exits"] == DynamicConfig().to_dict()
+    if executor:  # the static prunings at once, then the exits on them at once
+        assert c.executor.batches == [["prune", "prune-c5"], ["prune-exits-c2", "prune-exits-c5"]]

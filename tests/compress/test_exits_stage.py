@@ -22,6 +22,9 @@ def quick_tiny(monkeypatch):
 
 
 def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn_task_dir, quick_tiny):
+    import torch
+    from safetensors.torch import load_file
+
     from edgenlp.compress.pipeline import Compressor
     from edgenlp.dynamic.api import is_dynamic_dir
     from edgenlp.targets.costmodel import ExitStats
@@ -50,12 +53,19 @@ def test_exits_stage_feeds_the_plan_and_the_builds(tmp_path, tiny_model_dir, dyn
     unpruned = run.prune(ft, plan, 1, {"prune_method": None, "sparsity": 0.0, "bits": "int8", "embeddings": None,
                                        "trim_vocab": False, "exits": True})
     assert unpruned.result["identity"] and unpruned.result["model"] == "exits/model"
-    pruned = run.prune(ft, plan, 1, {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": None,
-                                     "trim_vocab": False, "exits": True}, slot=2)
-    assert is_dynamic_dir(run._model_path(pruned)) and pruned.result["exits"]["reach"][0] == 1.0
     static_pruned = run.prune(ft, plan, 1, {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": None,
                                             "trim_vocab": False}, slot=3)
     assert not is_dynamic_dir(run._model_path(static_pruned))
+    pruned = run.prune(ft, plan, 1, {"prune_method": "fast", "sparsity": 0.5, "bits": "int8", "embeddings": None,
+                                     "trim_vocab": False, "exits": True}, slot=2, static=static_pruned)
+    assert is_dynamic_dir(run._model_path(pruned)) and pruned.result["exits"]["reach"][0] == 1.0
+    # the exits went on the static twin's pruned model: one pruning, the same backbone, no prune stage of its own
+    assert pruned.stage == "prune-exits-c2" and pruned.result["pruned_by"] == "prune-c3"
+    assert pruned.result["achieved"] == static_pruned.result["achieved"]
+    static_w = load_file(str(run._model_path(static_pruned) / "model.safetensors"))
+    exits_w = load_file(str(run._model_path(pruned) / "model.safetensors"))
+    assert static_w.keys() <= exits_w.keys() and all(torch.equal(static_w[k], exits_w[k]) for k in static_w)
+    assert not (tmp_path / "run" / "prune-c2").exists()
 
     # --dynamic off: no exits, and the record says why
     off = Compressor(dataclasses.replace(cfg, dynamic="off"), tmp_path / "run-off", data_dir=None, device="cpu",

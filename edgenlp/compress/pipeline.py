@@ -10,6 +10,7 @@ inputs and an interrupted stage leaves nothing half-written::
                                 (``--dynamic auto``): how deep those rows run prices every candidate with exits
     DIR/plan/plan.json          every candidate the planner weighed, the chosen one, the shortlist
     DIR/prune/model/            the pruned model (absent when the plan prunes nothing)
+    DIR/prune-exits/model/      a pruned candidate with early exits: its static twin's pruned model, exits added
     DIR/export/bundle/          the quantized bundle (.pte and .onnx)
     DIR/prune-c2/, export-c2/   the shortlist's second candidate (``--measure 2``), and so on
     DIR/measure/measure.json    every built candidate on the validation split, predicted vs measured

@@ -845,7 +845,9 @@ def _headline_model(d: dict) -> str:
     task = d.get("task", "sst2")
     if task == "sst2":
         return "SST-2, Learner-tuned MiniLM"
-    return f"{task}, MiniLM fine-tuned by `compress`'s own fine-tune stage ({d.get('preset', 'quick')} preset)"
+    ft = ((d.get("compress") or {}).get("compress_json") or {}).get("finetune") or {}
+    how = f"{ft['method']}, " if ft.get("method") else ""
+    return f"{task}, MiniLM fine-tuned by `compress`'s own fine-tune stage ({how}{d.get('preset', 'quick')} preset)"
 
 
 def _headline_head(d: dict, name: str, sp: float, ref: float) -> str:

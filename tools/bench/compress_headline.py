@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": env["cpu"].get("model", "?"), "isa": isa_flags(),
               "task": args.task, "seq_len": args.seq_len, "threads": args.threads, "runs": args.runs, "max_drop": args.max_drop,
               "size_fraction": args.size_fraction, "speedup": args.speedup, "prune_target": args.prune_target,
-              "recovery": args.recovery,
+              "recovery": args.recovery, "preset": args.preset,
               "note": args.note, "environment": env}
 
     def write() -> None:
@@ -335,7 +335,7 @@ def run_compress(cfg, run_dir: Path, args) -> dict:
             acc = doc["predicted"]["accuracy"]
             comp.update(passed=True, chosen=_chosen_text(doc["chosen"]), reference=acc["reference"], measured=acc["measured"],
                         drop_points=acc["drop_points"],
-                        compress_json={k: doc.get(k) for k in ("chosen", "predicted", "host_speedup_detail", "sizes")})
+                        compress_json={k: doc.get(k) for k in ("chosen", "predicted", "host_speedup_detail", "sizes", "finetune")})
     return comp
 
 

@@ -85,7 +85,7 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
              "| method | sparsity (achieved) | recovery | lr | val accuracy | Δ val (points) | dev accuracy | Δ dev (points) "
              "| KL to teacher | int8 ms @128 (× unpruned int8) | wall time |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in doc["rows"]:
+    for r in sorted(doc["rows"], key=lambda r: (r["method"], r["sparsity"], r["steps"])):
         rec = "none" if not r["steps"] else f"{r['steps']} steps"
         lr = "" if not r["steps"] else f"{r['config']['lr']:g}"
         kl = "" if r.get("kl_to_teacher") is None else f"{r['kl_to_teacher']:.4f}"
@@ -134,31 +134,39 @@ def markdown(tasks: dict[str, dict], latency: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def plot(tasks: dict[str, dict], path: Path) -> None:
-    """Δ dev accuracy against encoder sparsity per task: each method pruned only, and pruned then recovered (chosen)."""
+def plot(tasks: dict[str, dict], path: Path, latency: dict | None = None) -> None:
+    """Δ dev accuracy against encoder sparsity per task, and against the int8 speed-up where ``--time`` measured the
+    shapes: each method pruned only, and pruned then recovered (chosen)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = sorted(tasks)
-    fig, axes = plt.subplots(1, len(names), figsize=(5.2 * len(names), 4.0), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    timed = ((latency or {}).get("tasks") or {})
+    rows_of = 2 if any(timed.get(n) for n in names) else 1
+    fig, axes = plt.subplots(rows_of, len(names), figsize=(5.2 * len(names), 4.0 * rows_of), squeeze=False)
+    for col, name in enumerate(names):
         doc = tasks[name]
         t = doc["teacher"]["dev_accuracy"]
-        for method in sorted({r["method"] for r in doc["rows"]}):
-            for label, keep, style in (("pruned only", lambda r: not r["steps"], "--"),
-                                       ("+ recovery", lambda r: r.get("chosen"), "-")):
-                pts = sorted((r["achieved"], 100 * (r["dev_accuracy"] - t)) for r in doc["rows"]
-                             if r["method"] == method and keep(r))
-                if pts:
-                    ax.plot([100 * x for x, _ in pts], [y for _, y in pts], style, marker="o", label=f"{method} {label}")
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.axhline(-1, color="tab:red", lw=0.8, ls=":", label="1-point bound")
-        ax.set(title=f"{name} (teacher {100 * t:.1f}% dev)", xlabel="encoder parameters removed (%)",
-               ylabel="Δ dev accuracy (points)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        speed = {k: v["speedup_vs_int8"] for k, v in (timed.get(name) or {}).items() if isinstance(v, dict) and "speedup_vs_int8" in v}
+        axes_x = [(axes[0][col], lambda r: 100 * r["achieved"], "encoder parameters removed (%)")]
+        if rows_of == 2:
+            axes_x.append((axes[1][col], lambda r: speed.get(f"{r['method']} {100 * r['sparsity']:.0f}% int8"),
+                           "int8 speed-up over the unpruned int8 program (seq 128, 1 thread)"))
+        for ax, x_of, xlabel in axes_x:
+            for method in sorted({r["method"] for r in doc["rows"]}):
+                for label, keep, style in (("pruned only", lambda r: not r["steps"], "--"),
+                                           ("+ recovery", lambda r: r.get("chosen"), "-")):
+                    pts = sorted((x_of(r), 100 * (r["dev_accuracy"] - t)) for r in doc["rows"]
+                                 if r["method"] == method and keep(r) and x_of(r) is not None)
+                    if pts:
+                        ax.plot([x for x, _ in pts], [y for _, y in pts], style, marker="o", label=f"{method} {label}")
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.axhline(-1, color="tab:red", lw=0.8, ls=":", label="1-point bound")
+            ax.set(title=f"{name} (teacher {100 * t:.1f}% dev)", xlabel=xlabel, ylabel="Δ dev accuracy (points)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -171,9 +179,11 @@ def write(results: Results, out: Path, doc: dict) -> None:
         whole = json.loads(path.read_text())
         tasks = dict(whole.get("tasks", {}))
     except (OSError, ValueError):
-        tasks = {}
+        whole, tasks = {}, {}
     tasks[doc["task"]] = {**doc, "host": results.host()}
-    results.write(out, {"script": "recovery", "tasks": tasks}, markdown(tasks), plot=lambda p: plot(tasks, p))
+    kept = {"latency": whole["latency"]} if tasks and whole.get("latency") else {}  # a resumed run keeps the timings
+    results.write(out, {"script": "recovery", "tasks": tasks, **kept}, markdown(tasks, kept.get("latency")),
+                  plot=lambda p: plot(tasks, p, kept.get("latency")))
 
 
 def mark_chosen(rows: list[dict]) -> None:
@@ -299,7 +309,7 @@ def main() -> None:
             atomic_write_json(args.out.with_name(args.out.name + ".json"), whole)
         md = markdown(whole["tasks"], whole.get("latency")).rstrip("\n") + "\n\n" + Results.host_line(whole["host"]) + "\n"
         atomic_write_text(args.out.with_name(args.out.name + ".md"), md)
-        Results.figure(args.out.with_name(args.out.name + ".png"), lambda p: plot(whole["tasks"], p))
+        Results.figure(args.out.with_name(args.out.name + ".png"), lambda p: plot(whole["tasks"], p, whole.get("latency")))
         return
 
     import torch

@@ -220,8 +220,12 @@ class AccuracyModel:
         if not rows:
             have = "no rows" if method not in {r["method"] for r in self.table["prune"]} else "no rows at this budget"
             return PriorPoint(float("nan"), "unmeasured", (), f"{method}: {have}")
-        return _curve_point(rows, "sparsity", sparsity, measured=f"{method} {sparsity:.0%}", about=f"{method} {sparsity:.0%}",
-                            extrapolate=True)
+        point = _curve_point(rows, "sparsity", sparsity, measured=f"{method} {sparsity:.0%}", about=f"{method} {sparsity:.0%}",
+                             extrapolate=True)
+        if point.drop < 0:  # a pruning that measured a gain on dev measured noise: removing units is not predicted to help
+            return PriorPoint(0.0, point.basis, point.sources,
+                              "; ".join(x for x in (point.note, f"measured {point.drop:+.2f} points, counted as no drop") if x))
+        return point
 
     def prune_drop(self, method: str | None, sparsity: float) -> float:
         return self.prune_point(method, sparsity).drop

@@ -33,7 +33,9 @@ def test_plan_respects_budgets_and_the_accuracy_objective_picks_most_accurate(se
     acc.tolerance = lambda bound=None: 0.0
     free = plan(host, Budgets(seq_len=64, threads=1), cost_model=cm, accuracy_model=acc, shape=BASE,
                 space=SearchSpace(bits=("fp32", "int8")), objective="accuracy")
-    assert free.chosen == Candidate()  # nothing to give up without budgets
+    # nothing to give up without budgets: no predicted loss (a pruning whose measured drop was a gain ties at zero)
+    assert free.chosen_point.accuracy == acc.baseline == max(c.accuracy for c in free.considered)
+    assert acc.drop(Candidate()) == 0.0 and all(acc.prune_drop(r["method"], r["sparsity"]) >= 0.0 for r in acc.table["prune"])
     lat = [c.prediction.latency_ms for c in free.considered]
     sizes = [c.prediction.size_mb for c in free.considered]
     prev_acc = free.chosen_point.accuracy

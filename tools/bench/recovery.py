@@ -105,7 +105,21 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
     lines += ["", f"Host: {host.get('cpu_model', '?')}, ISA flags {isa if isinstance(isa, str) else ' '.join(isa)}; "
                   f"{doc.get('threads', '?')} thread(s); load average {host.get('load_avg_after', '?')} when written. "
                   f"{doc.get('note', '')}".rstrip(), ""]
+    for e in doc.get("earlier", []):  # rows a resumed run kept from an earlier run (possibly another host)
+        h = e.get("host") or {}
+        isa = h.get("isa_flags") or "?"
+        points = ", ".join(f"{m} {100 * sp:.0f}%" for m, sp in e["points"])
+        lines += [f"Rows at {points} come from an earlier run: {h.get('cpu_model', '?')}, ISA flags "
+                  f"{isa if isinstance(isa, str) else ' '.join(isa)}; load average {h.get('load_avg_after', '?')} when "
+                  f"written ({h.get('written', '?')}). {e.get('note', '')}".rstrip(), ""]
     return lines
+
+
+def earlier_entry(doc: dict) -> dict:
+    """What a resumed run keeps of the run that wrote ``doc`` (a task's document): its host, note and points."""
+    return {"host": doc.get("host"), "note": doc.get("note", ""),
+            "points": sorted({(r["method"], r["sparsity"]) for r in doc["rows"]}
+                             - {tuple(pt) for e in doc.get("earlier", []) for pt in e["points"]})}
 
 
 def markdown(tasks: dict[str, dict], latency: dict | None = None) -> str:
@@ -255,13 +269,16 @@ def time_shapes(whole: dict, workdir: Path, *, seq_len: int, runs: int) -> dict:
     return out
 
 
-def earlier_rows(out: Path, task: str, ft: dict) -> list[dict]:
-    """This task's rows in ``<out>.json`` when its teacher is the one in the workdir (same validation accuracy)."""
+def earlier_rows(out: Path, task: str, ft: dict) -> tuple[list[dict], list[dict]]:
+    """This task's rows in ``<out>.json`` when its teacher is the one in the workdir (same validation accuracy), and
+    the runs they came from (:func:`earlier_entry`: host and note of each, so a resumed run keeps their provenance)."""
     try:
         doc = json.loads(out.with_name(out.name + ".json").read_text())["tasks"][task]
     except (OSError, ValueError, KeyError):
-        return []
-    return doc["rows"] if doc["teacher"]["val_accuracy"] == ft["dev"]["accuracy"] else []
+        return [], []
+    if doc["teacher"]["val_accuracy"] != ft["dev"]["accuracy"]:
+        return [], []
+    return doc["rows"], [*doc.get("earlier", []), earlier_entry(doc)]
 
 
 def main() -> None:
@@ -334,13 +351,13 @@ def main() -> None:
     t0 = time.perf_counter()
     model, info, ft = teacher(args, tuning, args.workdir)
     dev = lambda m, i: dev_accuracy(m, i, task.dev, task.labels, args.max_seq_len)  # noqa: E731
-    previous = earlier_rows(args.out, args.task, ft) if args.resume else []
+    previous, earlier = earlier_rows(args.out, args.task, ft) if args.resume else ([], [])
     doc = {"task": args.task, "train_rows": len(tuning.train), "recovery_rows": len(distil_on.train), "val_rows": len(val),
            "dev_rows": len(task.dev),
            "max_seq_len": args.max_seq_len, "threads": args.threads,
            "teacher": {"val_accuracy": ft["dev"]["accuracy"], "dev_accuracy": dev(model, info),
                        "epochs": args.finetune_epochs, "wall_s": ft.get("total_wall_s")},
-           "rows": list(previous), "note": args.note}
+           "rows": list(previous), "note": args.note, **({"earlier": earlier} if earlier else {})}
     for method in args.methods:
         for sp in args.sparsities:
             done = [r for r in previous if r["method"] == method and r["sparsity"] == sp]

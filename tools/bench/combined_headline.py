@@ -52,12 +52,27 @@ PEER = "ExecuTorch int8 (stock XNNPACK flow)"
 TARGET = {"speedup": 3.0, "max_drop": 1.0}
 
 
+def fail(msg: str) -> None:
+    """One ``error:`` line and exit 2 (bad input), before anything is measured or written."""
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def exits_bundle(run: Path) -> Path:
     """The first bundle ``compress`` built under ``run`` whose manifest has segments (a candidate with exits)."""
     for manifest in sorted(run.glob("export*/bundle/manifest.json")):
         if json.loads(manifest.read_text()).get("dynamic"):
             return manifest.parent
-    raise SystemExit(f"error: no bundle with early exits under {run} (did the plan offer exits? compress --dynamic auto)")
+    fail(f"no bundle with early exits under {run} (did the plan offer exits? compress --dynamic auto)")
+
+
+def check_inputs(args) -> None:
+    """The headline workdir's peers, its results JSON and the bundle exist."""
+    for path in (args.headline / "peers" / "et-int8-stock.pte", args.headline / "peers" / "fp32-bundle", args.results):
+        if not path.exists():
+            fail(f"{path} does not exist (--headline is a compress_headline.py workdir, --results its JSON)")
+    if args.bundle is not None and not (args.bundle / "manifest.json").is_file():
+        fail(f"{args.bundle} is not a bundle (no manifest.json)")
 
 
 def measure(args) -> dict:
@@ -93,7 +108,9 @@ def measure(args) -> dict:
     backend, spec = runner.backend, runner.spec
     backend.buckets = (seq,)  # the headline's rule: every program runs the same 128 positions
     ids = runner.token_ids(texts)
-    static_m = next(m for m in backend.bundle.pte_methods if m.seq_len == seq)
+    static_m = next((m for m in backend.bundle.pte_methods if m.seq_len == seq), None)
+    if static_m is None or seq not in backend.entry.segments[0].pte:
+        fail(f"{bundle} has no program for seq {seq} (its buckets: {list(runner.backend.entry.buckets)})")
     static_in = [list(pad_to_bucket(row, static_m, pad_id=runner.pad_id)) for row in ids]
     static = backend._method(static_m.name)
     calibrated = float(spec.threshold)
@@ -217,6 +234,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS / "combined-headline")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    check_inputs(args)
     results = Results(script="combined_headline", threads=1)
     doc = measure(args)
     results.write(args.out, doc, markdown(doc), plot=lambda p: plot(doc, p))

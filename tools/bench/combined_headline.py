@@ -95,7 +95,10 @@ def measure(args) -> dict:
 
     # the peer, on the same sentences (its own tokenizer: the fp32 bundle's, the full vocabulary)
     fp32 = BundleRunner(Bundle.open(args.headline / "peers" / "fp32-bundle"))
-    peer = load_program(args.headline / "peers" / "et-int8-stock.pte").load_method(f"forward_{seq}")
+    peer_program = load_program(args.headline / "peers" / "et-int8-stock.pte")
+    if f"forward_{seq}" not in peer_program.method_names:
+        fail(f"the peer program has no method forward_{seq} (the headline ran at another --seq-len)")
+    peer = peer_program.load_method(f"forward_{seq}")
     peer_in = []
     for ids in fp32.token_ids(texts):
         x = torch.full((1, seq), fp32.pad_id, dtype=torch.int64)

@@ -324,6 +324,12 @@ def main_job(r: Results) -> str:
     if mj:
         built = "; ".join(f"{candidate_text(x['candidate'])}: predicted drop {num(x['predicted_drop'], 2)}, measured "
                           f"{num(x['measured_drop'], 2)} points, {num(x['measured_size_mb'])} MB" for x in mj["measured"])
+        for a in reversed(mj.get("earlier_attempts") or []):  # what a main job that planned again spent its time on
+            tried = "; ".join(f"{candidate_text(x['candidate'])} (predicted drop {num(x['predicted_drop'], 2)}, measured "
+                              f"{num(x['measured_drop'], 2)})" for x in a["measured"])
+            built = (f"in attempt {a['attempt']}, {tried}, and verification on dev failed "
+                     f"{candidate_text(a['chosen'])} ({'; '.join(a['failures'])}), so `compress` planned again; in attempt "
+                     f"{a['attempt'] + 1}, {built}")
         out += "\n\n" + paragraph(f"""
             The same job in the fresh clone above ({fc['date']}, commit {fc['commit'][:12]}), with measured planning
             (`--measure 2`, the default): fine-tuned with `{mj['finetune']['method']}` on the training split less

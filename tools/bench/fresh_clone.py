@@ -122,7 +122,24 @@ def main_job_summary(clone: Path) -> dict | None:
             "size_mb": s["predicted"]["size_mb"]["measured"], "finetune": s.get("finetune"),
             "measured": [{k: r[k] for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")}
                          for r in m.get("rows", [])], "measured_why": m.get("why"), "val_rows": m.get("val_rows"),
-            "stage_seconds": s["stage_seconds"], "wall_s": s["wall_s"]}
+            "stage_seconds": s["stage_seconds"], "wall_s": s["wall_s"],
+            "earlier_attempts": earlier_attempts(path.parent, s.get("attempts") or [])}
+
+
+def earlier_attempts(run: Path, attempts: list[dict]) -> list[dict]:
+    """The attempts before the last, each with the candidates it measured on validation (``measure[-k]/measure.json``)
+    and why verification failed it: what a main job that planned again spent its time on."""
+    out = []
+    for a in attempts[:-1]:
+        stage = "measure" if a["attempt"] == 1 else f"measure-{a['attempt']}"
+        try:
+            rows = json.loads((run / stage / "measure.json").read_text()).get("rows", [])
+        except (OSError, ValueError):
+            rows = []
+        out.append({"attempt": a["attempt"], "chosen": a["chosen"], "failures": a.get("failures", []),
+                    "measured": [{k: r.get(k) for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")}
+                                 for r in rows]})
+    return out
 
 
 def markdown(doc: dict) -> str:

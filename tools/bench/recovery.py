@@ -90,7 +90,7 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
         lr = "" if not r["steps"] else f"{r['config']['lr']:g}"
         kl = "" if r.get("kl_to_teacher") is None else f"{r['kl_to_teacher']:.4f}"
         best = " **(chosen)**" if r.get("chosen") else ""
-        ms = lat.get(f"{r['method']} {100 * r['sparsity']:.0f}% int8")
+        ms = lat.get(shape_label(r) + " int8")
         speed = f"{ms['median_ms']:.2f} ({ms['speedup_vs_int8']:.2f}×)" if ms else ""
         lines.append(f"| {r['method']} | {100 * r['sparsity']:.0f}% ({100 * r['achieved']:.1f}%) | {rec}{best} | {lr} | "
                      f"{100 * r['val_accuracy']:.2f}% | {100 * (r['val_accuracy'] - t['val_accuracy']):+.2f} | "
@@ -102,17 +102,26 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
                       "(stock XNNPACK flow, seq 128, 1 thread, median of interleaved rounds; random weights of each shape)."]
     host = doc.get("host") or {}
     isa = host.get("isa_flags") or "?"
-    lines += ["", f"Host: {host.get('cpu_model', '?')}, ISA flags {isa if isinstance(isa, str) else ' '.join(isa)}; "
+    lines += ["", f"Host: {host.get('cpu_model', '?')}, ISA flags {isa_text(isa)}; "
                   f"{doc.get('threads', '?')} thread(s); load average {host.get('load_avg_after', '?')} when written. "
                   f"{doc.get('note', '')}".rstrip(), ""]
     for e in doc.get("earlier", []):  # rows a resumed run kept from an earlier run (possibly another host)
         h = e.get("host") or {}
-        isa = h.get("isa_flags") or "?"
-        points = ", ".join(f"{m} {100 * sp:.0f}%" for m, sp in e["points"])
+        points = ", ".join(shape_label({"method": m, "sparsity": sp}) for m, sp in e["points"])
         lines += [f"Rows at {points} come from an earlier run: {h.get('cpu_model', '?')}, ISA flags "
-                  f"{isa if isinstance(isa, str) else ' '.join(isa)}; load average {h.get('load_avg_after', '?')} when "
+                  f"{isa_text(h.get('isa_flags') or '?')}; load average {h.get('load_avg_after', '?')} when "
                   f"written ({h.get('written', '?')}). {e.get('note', '')}".rstrip(), ""]
     return lines
+
+
+def shape_label(row: dict) -> str:
+    """A row's pruned shape as ``--time`` names its programs (``fast 50%``; the program adds its linears)."""
+    return f"{row['method']} {100 * row['sparsity']:.0f}%"
+
+
+def isa_text(isa) -> str:
+    """ISA flags as one string (the host block holds a string; older files a list)."""
+    return isa if isinstance(isa, str) else " ".join(isa)
 
 
 def earlier_entry(doc: dict) -> dict:
@@ -141,7 +150,7 @@ def markdown(tasks: dict[str, dict], latency: dict | None = None) -> str:
         lines += task_markdown(tasks[name], ((latency or {}).get("tasks") or {}).get(name))
     if latency:
         h = latency["host"]
-        lines += [f"Latency: {h['cpu_model']}, ISA flags {h['isa_flags'] if isinstance(h['isa_flags'], str) else ' '.join(h['isa_flags'])}; "
+        lines += [f"Latency: {h['cpu_model']}, ISA flags {isa_text(h['isa_flags'])}; "
                   f"{latency['runs']} interleaved rounds per task in one fresh process; load average "
                   f"{latency['load_avg_before'][0]} before, {latency['load_avg_after'][0]} after. "
                   f"{latency.get('note', '')}".rstrip(), ""]
@@ -166,7 +175,7 @@ def plot(tasks: dict[str, dict], path: Path, latency: dict | None = None) -> Non
         speed = {k: v["speedup_vs_int8"] for k, v in (timed.get(name) or {}).items() if isinstance(v, dict) and "speedup_vs_int8" in v}
         axes_x = [(axes[0][col], lambda r: 100 * r["achieved"], "encoder parameters removed (%)")]
         if rows_of == 2:
-            axes_x.append((axes[1][col], lambda r: speed.get(f"{r['method']} {100 * r['sparsity']:.0f}% int8"),
+            axes_x.append((axes[1][col], lambda r: speed.get(shape_label(r) + " int8"),
                            "int8 speed-up over the unpruned int8 program (seq 128, 1 thread)"))
         for ax, x_of, xlabel in axes_x:
             for method in sorted({r["method"] for r in doc["rows"]}):
@@ -246,7 +255,7 @@ def time_shapes(whole: dict, workdir: Path, *, seq_len: int, runs: int) -> dict:
         shapes = {"unpruned": first}
         for r in doc["rows"]:
             if r.get("chosen"):
-                shapes[f"{r['method']} {100 * r['sparsity']:.0f}%"] = r["shape"]
+                shapes[shape_label(r)] = r["shape"]
         programs = {}
         for label, shape in shapes.items():
             for linears in (("int8", "fp32") if label == "unpruned" else ("int8",)):
@@ -365,6 +374,10 @@ def main() -> None:
                             for st in args.steps for lr in args.lrs):
                 continue  # every row of this point is in the results already (--resume)
             doc["rows"] = [r for r in doc["rows"] if not (r["method"] == method and r["sparsity"] == sp)]
+            # this run measures the point again: its rows are no longer an earlier run's
+            kept = [{**e, "points": [pt for pt in e["points"] if tuple(pt) != (method, sp)]} for e in doc.pop("earlier", [])]
+            if any(e["points"] for e in kept):
+                doc["earlier"] = [e for e in kept if e["points"]]
             own = {"samples": args.samples} if "samples" in METHOD_CONFIGS[method].field_names() else {}
             pcfg = prune_config(method, target_sparsity=sp, max_seq_len=args.max_seq_len, seed=args.seed,
                                 threads=args.threads, **own)

@@ -120,8 +120,7 @@ def main_job_summary(clone: Path) -> dict | None:
     return {"passed": s["passed"], "chosen": s["chosen"], "dev_accuracy": acc["measured"], "dev_reference": acc["reference"],
             "drop_points": acc["drop_points"], "host_speedup": s["host_speedup_vs_uncompressed"],
             "size_mb": s["predicted"]["size_mb"]["measured"], "finetune": s.get("finetune"),
-            "measured": [{k: r[k] for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")}
-                         for r in m.get("rows", [])], "measured_why": m.get("why"), "val_rows": m.get("val_rows"),
+            "measured": measured_rows(m.get("rows", [])), "measured_why": m.get("why"), "val_rows": m.get("val_rows"),
             "stage_seconds": s["stage_seconds"], "wall_s": s["wall_s"],
             "earlier_attempts": earlier_attempts(path.parent, s.get("attempts") or [])}
 
@@ -137,9 +136,13 @@ def earlier_attempts(run: Path, attempts: list[dict]) -> list[dict]:
         except (OSError, ValueError):
             rows = []
         out.append({"attempt": a["attempt"], "chosen": a["chosen"], "failures": a.get("failures", []),
-                    "measured": [{k: r.get(k) for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")}
-                                 for r in rows]})
+                    "measured": measured_rows(rows)})
     return out
+
+
+def measured_rows(rows: list[dict]) -> list[dict]:
+    """What the summary keeps of a measure stage's rows: the candidate, its predicted and measured drop, size, verdict."""
+    return [{k: r[k] for k in ("candidate", "predicted_drop", "measured_drop", "measured_size_mb", "meets")} for r in rows]
 
 
 def markdown(doc: dict) -> str:

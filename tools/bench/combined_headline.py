@@ -76,9 +76,7 @@ def check_inputs(args) -> None:
 
 
 def measure(args) -> dict:
-    import torch
-
-    from edgenlp.bundle import Bundle, pad_to_bucket
+    from edgenlp.bundle import Bundle, PteMethod, pad_to_bucket
     from edgenlp.data.tasks import load_task
     from edgenlp.profile.timing import round_order
     from edgenlp.run.base import BundleRunner
@@ -99,12 +97,7 @@ def measure(args) -> dict:
     if f"forward_{seq}" not in peer_program.method_names:
         fail(f"the peer program has no method forward_{seq} (the headline ran at another --seq-len)")
     peer = peer_program.load_method(f"forward_{seq}")
-    peer_in = []
-    for ids in fp32.token_ids(texts):
-        x = torch.full((1, seq), fp32.pad_id, dtype=torch.int64)
-        mask = torch.zeros((1, seq), dtype=torch.int64)
-        x[0, :len(ids[:seq])], mask[0, :len(ids[:seq])] = torch.tensor(ids[:seq]), 1
-        peer_in.append([x, mask])
+    peer_in = [list(pad_to_bucket(row, PteMethod(f"forward_{seq}", seq), pad_id=fp32.pad_id)) for row in fp32.token_ids(texts)]
 
     bundle = args.bundle or exits_bundle(args.headline / "run")
     runner = bundle_runner(bundle, runtime="executorch", threads=1)

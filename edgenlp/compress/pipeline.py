@@ -160,10 +160,12 @@ def _static(cand: dict) -> dict:
 
 
 def _how(cand: dict) -> tuple:
-    """How a candidate prunes: candidates alike share a prune stage (the exits count only when nothing is pruned:
-    then the stage hands on the exits stage's model or the fine-tuned one)."""
-    return (cand.get("prune_method"), cand.get("sparsity") or 0.0, cand.get("block_sparsity") or 0.0,
-            None if _prunes(cand) else bool(cand.get("exits")))
+    """How a candidate prunes (:func:`edgenlp.targets.prior.pruning_key`): candidates alike share a prune stage (the
+    exits count only when nothing is pruned: then the stage hands on the exits stage's model or the fine-tuned one)."""
+    from edgenlp.targets.planner import Candidate
+    from edgenlp.targets.prior import pruning_key
+
+    return (*pruning_key(Candidate.from_dict(cand)), None if _prunes(cand) else bool(cand.get("exits")))
 
 
 def _accuracy(report: dict) -> float:

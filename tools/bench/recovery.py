@@ -35,6 +35,7 @@ import json  # noqa: E402
 import logging  # noqa: E402
 import math  # noqa: E402
 import time  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 ROOT = _HERE.parents[1]
 sys.path.insert(0, str(ROOT))
@@ -52,17 +53,43 @@ def teacher(args, task, workdir: Path):
 
     out = workdir / "teacher"
     mark = workdir / "task.txt"  # one task per workdir: two tasks' runs in one would train over each other's teacher
-    if mark.is_file() and mark.read_text().strip() != task.name:
-        raise SystemExit(f"error: {workdir} holds the {mark.read_text().strip()} teacher; give {task.name} its own --workdir")
-    mark.write_text(task.name + "\n")
+    which = f"{task.name} {args.teacher}"
+    if mark.is_file() and mark.read_text().strip() not in (which, task.name if args.teacher == "full" else which):
+        raise SystemExit(f"error: {workdir} holds the {mark.read_text().strip()} teacher; give {which} its own --workdir")
+    mark.write_text(which + "\n")
     if not (out / "finetune.json").is_file():
         model, info = load_model("minilm-l6", labels=task.labels)
-        cfg = FinetuneConfig(method="full", epochs=args.finetune_epochs,
-                             max_seq_len=args.max_seq_len, threads=args.threads, seed=args.seed)
+        cfg = teacher_config(args, len(task.labels))
         res = finetune(model, info, task, cfg, device="cpu")
         res.save(out, info)
     model, info = load_model(out, labels=task.labels)
     return model, info, json.loads((out / "finetune.json").read_text())
+
+
+def teacher_config(args, num_classes: int):
+    """``--teacher full``: full fine-tuning for ``--finetune-epochs``; ``compress``: the fine-tuning ``compress --preset
+    quick`` runs first (its method for this many classes and its step budget), so the drops are measured from the
+    model ``compress`` prunes."""
+    from edgenlp.finetune.config import FinetuneConfig
+
+    if args.teacher == "full":
+        return FinetuneConfig(method="full", epochs=args.finetune_epochs, max_seq_len=args.max_seq_len,
+                              threads=args.threads, seed=args.seed)
+    from edgenlp.compress.config import PRESETS, CompressConfig
+    from edgenlp.compress.pipeline import finetune_config
+
+    cfg = finetune_config(CompressConfig(task=args.task, seed=args.seed), PRESETS["quick"], num_classes)
+    return replace(cfg, threads=args.threads)
+
+
+def teacher_text(doc: dict) -> str:
+    """How the teacher was trained, for the report."""
+    t = doc["teacher"]
+    if t.get("kind") == "compress":
+        c = t["config"]
+        return (f"the fine-tuning of `compress --preset quick` ({c['method']}, {c['max_steps']} steps of {c['batch_size']} "
+                f"on a seeded subset of up to {c['train_limit']:,} of the {doc['train_rows']:,} training rows)")
+    return f"full fine-tuning, {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} on {doc['train_rows']:,} training rows"
 
 
 def dev_accuracy(model, info, split, labels, max_len: int) -> float:
@@ -77,7 +104,7 @@ def task_markdown(doc: dict, latency: dict | None = None) -> list[str]:
     t = doc["teacher"]
     lat = latency or {}
     lines = [f"## {doc['task']}", "",
-             f"Teacher: full fine-tuning, {t['epochs']} epoch{'s' if t['epochs'] != 1 else ''} on {doc['train_rows']:,} training rows; validation "
+             f"Teacher: {teacher_text(doc)}; validation "
              f"accuracy {100 * t['val_accuracy']:.2f}% on {doc['val_rows']:,} rows held out of train, dev accuracy "
              f"{100 * t['dev_accuracy']:.2f}% on {doc['dev_rows']:,} rows."
              + (f" The recovery distils on {doc['recovery_rows']:,} training rows (a seeded subset of train without the "
@@ -299,6 +326,10 @@ def main() -> None:
     ap.add_argument("--recovery-rows", type=int, default=None,
                     help="Training rows the recovery distils on (a seeded subset of train minus validation; default: "
                          "the teacher's --train-limit rows). Longer recoveries read more rows, as compress's do.")
+    ap.add_argument("--teacher", choices=("full", "compress"), default="full",
+                    help="How the teacher is fine-tuned: full fine-tuning for --finetune-epochs on --train-limit rows, or "
+                         "as compress --preset quick does it (on every training row but the validation split; "
+                         "--train-limit then bounds only the recovery's rows, as compress's does).")
     ap.add_argument("--finetune-epochs", type=int, default=1)
     ap.add_argument("--methods", nargs="+", default=["fast"])
     ap.add_argument("--sparsities", nargs="+", type=float, default=[0.5])
@@ -348,24 +379,26 @@ def main() -> None:
     results = Results(script="recovery", threads=args.threads)
     task = load_task(args.task, data_dir=args.data_dir)
     tuning, val = task.hold_out(args.val_rows, seed=args.seed)  # tuning.dev is the validation split
-    from dataclasses import replace
 
     # the recovery's rows: its own seeded subset when --recovery-rows says so, else the teacher's
     distil_on = (replace(tuning, train=tuning.train.sample(min(args.recovery_rows, len(tuning.train)), seed=args.seed))
                  if args.recovery_rows else None)
-    if args.train_limit:
+    if args.train_limit and args.teacher == "full":
         tuning = replace(tuning, train=tuning.train.sample(args.train_limit, seed=args.seed))
     distil_on = distil_on or tuning
+    distil_limit = args.recovery_rows or args.train_limit  # DistillConfig.train_limit: recover() takes a seeded subset
+    distil_rows = min(distil_limit or len(distil_on.train), len(distil_on.train))
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     model, info, ft = teacher(args, tuning, args.workdir)
     dev = lambda m, i: dev_accuracy(m, i, task.dev, task.labels, args.max_seq_len)  # noqa: E731
     previous, earlier = earlier_rows(args.out, args.task, ft) if args.resume else ([], [])
-    doc = {"task": args.task, "train_rows": len(tuning.train), "recovery_rows": len(distil_on.train), "val_rows": len(val),
+    doc = {"task": args.task, "train_rows": len(tuning.train), "recovery_rows": distil_rows, "val_rows": len(val),
            "dev_rows": len(task.dev),
            "max_seq_len": args.max_seq_len, "threads": args.threads,
            "teacher": {"val_accuracy": ft["dev"]["accuracy"], "dev_accuracy": dev(model, info),
-                       "epochs": args.finetune_epochs, "wall_s": ft.get("total_wall_s")},
+                       "epochs": args.finetune_epochs, "wall_s": ft.get("total_wall_s"), "kind": args.teacher,
+                       "config": teacher_config(args, len(task.labels)).to_dict()},
            "rows": list(previous), "note": args.note, **({"earlier": earlier} if earlier else {})}
     for method in args.methods:
         for sp in args.sparsities:
@@ -390,8 +423,8 @@ def main() -> None:
             write(results, args.out, doc)
             for steps in args.steps:
                 for lr in args.lrs:
-                    dcfg = DistillConfig(max_steps=steps, epochs=float(math.ceil(steps * 32 / len(distil_on.train))),  # max_steps ends it
-                                         train_limit=args.recovery_rows or args.train_limit, lr=lr,
+                    dcfg = DistillConfig(max_steps=steps, epochs=float(math.ceil(steps * 32 / distil_rows)),  # max_steps ends it
+                                         train_limit=distil_limit, lr=lr,
                                          max_seq_len=args.max_seq_len, seed=args.seed, threads=args.threads)
                     rres = recover(pres, model, info, distil_on, dcfg, device="cpu")
                     rec = rres.report["recovery"]

@@ -21,10 +21,18 @@ among them the chosen pruning with early exits when the plan offered it
 3. reports each configuration's dev accuracy against the uncompressed model's
    (from the headline's results) and its mean-latency speed-up over the peer.
 
+``--native`` adds, in the same rounds, the same candidate through libedgenlp's
+segment loop (``edgenlp_logits_dynamic``, tokenization included): exported
+again with the one bucket ``--seq-len`` (cached in ``<headline>/fixed-<seq>/``)
+so that every sentence runs at that length, its exit layers checked against
+the Python loop's; and the bundle itself (its buckets) at each sentence's
+real length, static against exits: the dynamic-inference issue's SST-2 exits
+target (≥ 1.6x the same static bundle at ≤ 0.5 points extra drop, p90 ≤ 1.05x).
+
 Writes ``<out>.json``, ``<out>.md`` and ``<out>.png`` with the host's ISA flags.
 
     python tools/bench/combined_headline.py --headline /tmp/hl \\
-        --results tools/bench/results/compress-headline-intel-amx-long.json --out /tmp/res/combined-headline
+        --results tools/bench/results/compress-headline-intel-amx-long.json --native --rounds 5 --out /tmp/res/combined-headline
 """
 
 from __future__ import annotations

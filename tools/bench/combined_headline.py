@@ -95,8 +95,14 @@ def fixed_bundle(bundle: Path, workdir: Path, seq: int, task_name: str, data_dir
     ``seq`` positions, as the headline's rule says. Same model, same quantization, same trimmed vocabulary (from the
     same tuning split ``compress`` held its validation rows out of)."""
     out = workdir / f"fixed-{seq}" / "bundle"
-    if (out / "manifest.json").is_file():
+    source = out.parent / "source.json"  # the export stage it was made from: a rerun of compress makes it stale
+    fingerprint = json.loads((bundle.parent / "stage.json").read_text()).get("fingerprint")
+    if (out / "manifest.json").is_file() and source.is_file() and json.loads(source.read_text()).get("fingerprint") == fingerprint:
         return out
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
     from edgenlp.compress.build import quantize_config
     from edgenlp.compress.guard import quantize_bundle
     from edgenlp.compress.measured import validation_rows
@@ -115,6 +121,7 @@ def fixed_bundle(bundle: Path, workdir: Path, seq: int, task_name: str, data_dir
     log.info("exporting %s with the one bucket %d to %s", exits_model(bundle), seq, out)
     quantize_bundle(model, info, out, qcfg, task=tuning, export_config=ExportConfig(max_seq_len=seq, buckets=(seq,)),
                     progress=False)
+    source.write_text(json.dumps({"bundle": str(bundle), "fingerprint": fingerprint}) + "\n")
     return out
 
 

@@ -141,8 +141,10 @@ _FAST = ("fast", (("samples", 1024), ("max_seq_len", 64), ("epochs", 0.0), ("fin
 _IMPORTANCE = ("importance", (("samples", 512), ("iterations", 4), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
 _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs", 2.0), ("max_seq_len", 64), ("batch_size", 32)))
 
-# importance is offered again once tools/bench/recovery.py has measured it with this recovery (the prior has no
-# recovered rows for it yet, and compress never prunes without recovering).
+# importance is not offered: tools/bench/recovery.py measured it with this recovery at 50% and 70% (recovery.json,
+# from the teacher compress fine-tunes), and on SST-2 it loses as much as fast or more on validation (2.1 points at
+# both, against fast's 1.7 and 1.3) for the same shape budget; on banking77 it loses less (-0.2 / 1.1 against 0.6 /
+# 1.7). Offering it would widen the quick shortlist for no measured gain on the main task.
 # The recovery distillation after fast / importance: 300 steps of 32 on 8,000 training rows (what the quick
 # preset's fine-tune spends) at lr 2e-4 (4x DistillConfig's default, near the full fine-tune's tuned 1.6e-4; the one
 # rate tools/bench/recovery.py ran); the prior's rows for those methods were measured with exactly this (recovery.json).

@@ -143,7 +143,7 @@ def host_threads(threads: int) -> int:
 # --------------------------------------------------------------------------- stages
 
 
-def _stage_name(stage: str, attempt: int, slot: int = 1) -> str:
+def stage_name(stage: str, attempt: int, slot: int = 1) -> str:
     """``stage``, ``stage-2`` for attempt 2, ``stage-c2`` / ``stage-2-c2`` for the shortlist's second candidate."""
     name = stage if attempt == 1 else f"{stage}-{attempt}"
     return name if slot == 1 else f"{name}-c{slot}"
@@ -394,7 +394,7 @@ class Compressor:
         if self.config.prune_target != "params":  # it names the measured rows the plan reads
             inputs["prune_target"] = self.config.prune_target
         upstream = (ft,) if ex is None else (ft, ex)
-        return self._record(self.runner.run(_stage_name("plan", attempt), run, inputs=inputs, upstream=upstream))
+        return self._record(self.runner.run(stage_name("plan", attempt), run, inputs=inputs, upstream=upstream))
 
     # -- candidate builds: a stage whose work is an executor task (several of them at once on a pool or Ray)
     @property
@@ -467,7 +467,7 @@ class Compressor:
         # recovery distillation after any pruning that does not distil by itself, at the budget the prior measured
         recovery = (self.preset.recovery_config(seed=self.config.seed)
                     if method is not None and self.preset.recovers_after(method) else None)  # fmt: skip
-        stage = _stage_name("prune", attempt, slot)
+        stage = stage_name("prune", attempt, slot)
         kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning,
                   # the budget the prior measured, and what the sparsity measures
                   "prune_kwargs": {**self.preset.prune_kwargs(method), **self.prune_measure(ft)} if method else {},
@@ -491,7 +491,7 @@ class Compressor:
         from edgenlp.compress.build import exits_candidate
         from edgenlp.executor import Task
 
-        stage = _stage_name("prune-exits", attempt, slot)
+        stage = stage_name("prune-exits", attempt, slot)
         kwargs = {"labels": self.data.labels, "task": self.tuning, "exits": self._exits_used(), "device": self.device}
         inputs = {"candidate": cand, "exits": kwargs["exits"]}
         return Build(stage, inputs, (pr, plan), "model",
@@ -516,7 +516,7 @@ class Compressor:
         inputs = {"candidate": cand, "seq_len": self.budgets.seq_len, "seed": self.config.seed, "budget": None,
                   "recovery": None}
         model = "exits/model" if cand.get("exits") else "finetune/model"  # unpruned: the exits stage's model as is
-        return self._record(self.runner.run(_stage_name("prune", attempt, slot),
+        return self._record(self.runner.run(stage_name("prune", attempt, slot),
                                             lambda tmp: {"identity": True, "model": model},
                                             inputs=inputs, upstream=(ft, plan)))
 
@@ -562,7 +562,7 @@ class Compressor:
         from edgenlp.compress.build import export_candidate
         from edgenlp.executor import Task
 
-        stage = _stage_name("export", attempt, slot)
+        stage = stage_name("export", attempt, slot)
         kwargs = {"candidate": cand, "labels": self.data.labels, "task": self.tuning, "max_seq_len": self.max_len,
                   "annotations": {"target": self.target.to_dict(), "budgets": self.budgets.to_dict()}}
         inputs = {"candidate": cand, "max_seq_len": self.max_len, "target": self.target.name}
@@ -596,12 +596,12 @@ class Compressor:
                                  model_dir=ft.path / "model", labels=self.data.labels, val=self.val, max_len=self.max_len,
                                  target=self.target, budgets=self.budgets, max_drop=self.config.max_drop,
                                  threads=host_threads(self.budgets.threads), not_built=not_built,
-                                 echo=lambda msg: self.echo(f"[{_stage_name('measure', attempt)}] {msg}"))
+                                 echo=lambda msg: self.echo(f"[{stage_name('measure', attempt)}] {msg}"))
 
         inputs = {"candidates": [p["candidate"] for p, _, _ in built], "not_built": not_built or [],
                   "max_drop": self.config.max_drop,
                   "budgets": self.budgets.to_dict(), "validation": self.data_key["validation"], "max_len": self.max_len}
-        rec = self._record(self.runner.run(_stage_name("measure", attempt), run, inputs=inputs,
+        rec = self._record(self.runner.run(stage_name("measure", attempt), run, inputs=inputs,
                                            upstream=(ft, plan, *(ex for _, _, ex in built))))
         if not rec.skipped:
             from edgenlp.compress.measured import remember
@@ -679,7 +679,7 @@ class Compressor:
 
         inputs = {"max_drop": self.config.max_drop, "budgets": self.budgets.to_dict(), "runs": self.preset.profile_runs,
                   "host_speed_gate": True, "candidate": cand}
-        return self._record(self.runner.run(_stage_name("verify", attempt), run, inputs=inputs,
+        return self._record(self.runner.run(stage_name("verify", attempt), run, inputs=inputs,
                                             upstream=(ft, base, plan, ex)))
 
     # -- before planning for the host: this machine's own cost table
@@ -741,7 +741,7 @@ class Compressor:
                     if len(shortlist) == 1:
                         raise
                     self.echo(f"attempt {attempt}: candidate {slot} was not built ({exc}); measuring the others")
-                    not_built.append({"candidate": p["candidate"], "stage": _stage_name("export", attempt, slot),
+                    not_built.append({"candidate": p["candidate"], "stage": stage_name("export", attempt, slot),
                                       "error": str(exc)})
             if not built:
                 raise EdgeNLPError(f"attempt {attempt}: no candidate of the shortlist was built: "

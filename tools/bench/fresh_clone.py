@@ -128,9 +128,12 @@ def main_job_summary(clone: Path) -> dict | None:
 def earlier_attempts(run: Path, attempts: list[dict]) -> list[dict]:
     """The attempts before the last, each with the candidates it measured on validation (``measure[-k]/measure.json``)
     and why verification failed it: what a main job that planned again spent its time on."""
+    sys.path.insert(0, str(REPO))
+    from edgenlp.compress.pipeline import stage_name
+
     out = []
     for a in attempts[:-1]:
-        stage = "measure" if a["attempt"] == 1 else f"measure-{a['attempt']}"
+        stage = stage_name("measure", a["attempt"])
         try:
             rows = json.loads((run / stage / "measure.json").read_text()).get("rows", [])
         except (OSError, ValueError):

@@ -1754,8 +1754,8 @@ def recovery(r: Results) -> str:
         pruned with no retraining, then recovered by distillation for the steps `compress` spends (300 steps of 32
         rows); `targets/accuracy-prior.json` takes the chosen rows' **validation** drops (the rows held out of train
         that `compress`'s measured planning checks a candidate on), so the planner predicts a recovered pruning's drop
-        from these.{gap} The rows were first measured from a weaker full-fine-tuning teacher (1 epoch on 8,000
-        rows), which a recovered student could beat: the planner then took heavy pruning as free.""")]
+        from these.{gap} The rows were first measured from a weaker full-fine-tuning teacher, which a recovered
+        student could beat: the planner then took heavy pruning as free.""")]
     parts.append(_bench_module("recovery").markdown(d["tasks"], d.get("latency")).split("\n")[2])  # how it was run
     for name in sorted(d["tasks"]):
         body = mod.task_markdown(d["tasks"][name], ((d.get("latency") or {}).get("tasks") or {}).get(name))
@@ -1771,9 +1771,10 @@ def recovery(r: Results) -> str:
         teachers = ("the same teachers' (fine-tuned again the same way, to the same accuracies)" if same else
                     "teachers fine-tuned the same way (trained again, so their accuracies differ a little from the ones above)"
                     if len(kinds) == 1 else
-                    "the weaker full-fine-tuning teachers' (1 epoch on 8,000 rows: "
-                    + ", ".join(f"{t} {pct(v['teacher']['val_accuracy'])}%" for t, v in sorted(longer["tasks"].items()))
-                    + " on validation; not yet measured again from the teacher `compress` fine-tunes, so these rows are "
+                    "the weaker teachers' ("
+                    + "; ".join(f"{t}: {mod.teacher_text(v)}, {pct(v['teacher']['val_accuracy'])}% on validation"
+                                for t, v in sorted(longer["tasks"].items()))
+                    + "; not yet measured again from the teacher `compress` fine-tunes, so these rows are "
                     "optimistic where a student beat its teacher)")
         offered = ", ".join(f"{100 * x:.0f}%" for x in sparsities)
 

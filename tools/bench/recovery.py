@@ -58,7 +58,8 @@ def teacher(args, task, workdir: Path):
     out = workdir / "teacher"
     mark = workdir / "task.txt"  # one task per workdir: two tasks' runs in one would train over each other's teacher
     which = f"{task.name} {args.teacher}"
-    if mark.is_file() and mark.read_text().strip() not in (which, task.name if args.teacher == "full" else which):
+    accepted = {which, task.name} if args.teacher == "full" else {which}  # a bare task name: a full teacher of earlier runs
+    if mark.is_file() and mark.read_text().strip() not in accepted:
         raise SystemExit(f"error: {workdir} holds the {mark.read_text().strip()} teacher; give {which} its own --workdir")
     mark.write_text(which + "\n")
     if not (out / "finetune.json").is_file():

@@ -134,3 +134,18 @@ def test_a_version_1_quantize_step_reads_back_as_keeping_the_fp32_exit_threshold
     assert steps and all(s.config.exit_calibration == "fp32" for s in steps)
     assert QuantizeConfig().exit_calibration == "quantized"
     assert QuantizeConfig.from_dict(QuantizeConfig().to_dict()).exit_calibration == "quantized"
+
+
+def test_a_version_2_quantize_step_reads_back_as_fp32_exit_heads():
+    """Version 2 shipped a dynamic model's exit heads fp32; version 3 quantizes them int8 unless told otherwise."""
+    from edgenlp.quantize.config import QuantizeConfig
+
+    v2 = {**QuantizeConfig().to_dict(), "version": 2}
+    del v2["exit_heads"]
+    assert QuantizeConfig.from_dict(v2).exit_heads == "fp32"
+    assert QuantizeConfig.from_dict(v2).exit_calibration == "quantized"  # what version 2 already had is kept
+    steps = [s for f in FILES for s in recipe_from_list(_applied(f)) if s.type == "quantize"]
+    assert steps and all(s.config.exit_heads == "fp32" for s in steps)
+    assert QuantizeConfig().exit_heads == "int8" and QuantizeConfig.from_dict(QuantizeConfig().to_dict()).exit_heads == "int8"
+    with pytest.raises(ValueError, match="exit_heads"):
+        QuantizeConfig(exit_heads="int4")

@@ -85,10 +85,13 @@ def exits_calibrated(qmodel, qinfo, info, task):
             s.type == "dynamic" for s in info.recipe):
         return qinfo
     from edgenlp.dynamic.api import recalibrate_exits
+    from edgenlp.quantize.schemes import quantize_exit_heads
     from edgenlp.recipe import Step
 
     remap = qmodel.quantization.remap
-    _, result = recalibrate_exits(info.source, qmodel, info, task, id_map=remap.apply if remap is not None else None)
+    heads = quantize_exit_heads if step.config.exit_heads == "int8" else None  # calibrated on the heads that ship
+    _, result = recalibrate_exits(info.source, qmodel, info, task, id_map=remap.apply if remap is not None else None,
+                                  heads=heads)
     return dataclasses.replace(qinfo, recipe=(*rest, Step(step.type, step.config, {**step.result, "exits": result})))
 
 

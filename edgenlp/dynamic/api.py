@@ -343,7 +343,7 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
 # --------------------------------------------------------------------------- the same exits on a transformed model
 
 
-def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
+def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None, heads=None,
                       device: str = "cpu") -> tuple[DynamicModel, dict]:
     """``(model, result)``: the exits of dynamic directory ``source`` on ``base``, their threshold calibrated on ``base``.
 
@@ -357,7 +357,8 @@ def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
     are kept; the token thresholds are kept. ``id_map`` maps token ids to
     ``base``'s rows (a trimmed vocabulary's ``IdRemap.apply``). ``result``
     (plain JSON) is what a step records so that :func:`exit_threshold_of`
-    reads the threshold back.
+    reads the threshold back. ``heads`` maps the exit heads to the ones that ship (e.g. quantized like ``base``:
+    :func:`edgenlp.quantize.schemes.quantize_exit_heads`), so the threshold is calibrated on what runs.
     """
     from edgenlp.finetune.trainer import Encoded, encode_split, load_tokenizer
 
@@ -367,6 +368,8 @@ def recalibrate_exits(source: str | Path, base, info, task, *, id_map=None,
     config: DynamicConfig = dynamic[-1].config
     start = time.perf_counter()
     dyn = load_dynamic(source, base=base)
+    if heads is not None and len(dyn.exit_heads):
+        dyn = dyn.with_heads(heads(dyn.exit_heads))
     before = float(dyn.spec.threshold)
     out: dict = {"threshold_before": before, "threshold": before}
     if config.threshold is not None or len(dyn.spec.exits) < 2:

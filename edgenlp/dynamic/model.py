@@ -282,6 +282,11 @@ class DynamicModel(nn.Module):
         """The same base and exits with another spec (e.g. a calibrated threshold), in this model's mode."""
         return DynamicModel(self.base, spec, {int(k): h for k, h in self.exit_heads.items()}).train(self.training)
 
+    def with_heads(self, heads) -> "DynamicModel":
+        """The same base and spec with other exit heads (``{layer: head}`` or a module dict keyed like
+        :attr:`exit_heads`, e.g. the same heads quantized), in this model's mode."""
+        return DynamicModel(self.base, self.spec, {int(k): h for k, h in heads.items()}).train(self.training)
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids=None) -> torch.Tensor:
         """The static model's logits (every layer, every token)."""
         return self.base(input_ids, attention_mask, token_type_ids)

@@ -413,6 +413,7 @@ def export_bundle(
     fp32_model = quant.source if quant is not None else model
     if dynamic and quant is not None:
         fp32_model = model.with_base(quant.source)
+        model = seg.with_quantized_exits(model, quant)  # fp32_model keeps the fp32 heads: ONNX quantizes its own
     policy = parity_policy(steps)
     plan = None if dynamic else sparse_plan(steps)
     sparse_ops: dict[str, dict] | None = None

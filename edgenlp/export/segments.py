@@ -69,6 +69,32 @@ def as_dynamic(model, info, steps):
     return dyn if threshold is None else dyn.with_spec(replace(dyn.spec, threshold=threshold))
 
 
+def quantizes_exits(model, quant) -> bool:
+    """Whether ``model`` is a dynamic model with early-exit heads on a base quantized with ``exit_heads="int8"``."""
+    return (quant is not None and is_dynamic(model) and len(model.exit_heads) > 0
+            and getattr(quant.config, "exit_heads", "fp32") == "int8")
+
+
+def with_quantized_exits(model, quant):
+    """``model`` with its early-exit heads int8 (:func:`edgenlp.quantize.schemes.quantize_exit_heads`) when
+    :func:`quantizes_exits`; ``model`` itself otherwise.
+
+    Running in segments costs more than the static program mostly through the exit heads
+    (``tools/bench/results/segment-overhead.md``): an fp32 pooler reads its whole 384 x 384 matrix for one row.
+    """
+    if not quantizes_exits(model, quant):
+        return model
+    from edgenlp.quantize.schemes import quantize_exit_heads
+
+    return model.with_heads(quantize_exit_heads(model.exit_heads))
+
+
+def exit_head_bits(model, quant) -> dict[str, int]:
+    """``{linear name inside a segment: bits}`` of the exit heads :func:`with_quantized_exits` quantizes (what the
+    ONNX segments quantize by name); empty when they stay fp32."""
+    return {"exit_head.pooler": 8, "exit_head.classifier": 8} if quantizes_exits(model, quant) else {}
+
+
 def default_buckets(model, max_seq_len: int) -> tuple[int, ...]:
     """The ExecuTorch buckets ``export`` uses for ``model`` when none are given.
 
@@ -174,6 +200,7 @@ def to_onnx_segments(model, *, max_seq_len: int, quant=None) -> tuple[dict[str, 
         check_onnx(proto)
         return proto.SerializeToString()
 
+    head_bits = exit_head_bits(model, quant)
     ids, _ = example_inputs(n, vocab_size=m.shape.vocab_size)
     files[EMBED_ONNX] = export(m.embedding_segment(), (ids,), ["input_ids"], ["hidden"], {"input_ids": {1: seq}})
     desc[EMBED_ONNX] = {"inputs": ["input_ids"], "outputs": ["hidden"]}
@@ -187,6 +214,8 @@ def to_onnx_segments(model, *, max_seq_len: int, quant=None) -> tuple[dict[str, 
             mine = {n_: b for n_, b in quant.bits.items()
                     if (n_.startswith("layers.") and int(n_.split(".")[1]) in s.layer_indices)
                     or (s.final and n_ in ("pooler", "classifier"))}
+            if s.has_exit and not s.final:
+                mine.update(head_bits)
             data = quantize_onnx(data, mine, group_size=quant.config.group_size)
         files[name] = data
         desc[name] = {"inputs": ["hidden", "bias"], "outputs": onnx_output_names(s.outputs)}

@@ -23,6 +23,10 @@ BITS = (32, 8, 4)
 # The exit threshold of a dynamic model (edgenlp dynamic) once quantized: calibrated again on the quantized
 # model, or the fp32 model's kept as it was.
 EXIT_CALIBRATIONS = ("quantized", "fp32")
+# What a dynamic model's early-exit heads (pooler + classifier) ship as: int8 like the layers they sit on, or fp32.
+# Profiled (tools/bench/results/segment-overhead.md): in fp32 each head's pooler streams a 590 KB matrix for one row,
+# the largest part of what running in segments costs over the static program.
+EXIT_HEAD_BITS = ("int8", "fp32")
 
 # The parity gate of a quantized program (ParityPolicy.bound), against the reference
 # (the quantized eager model) and its copy with fp32 activations
@@ -104,9 +108,10 @@ class QuantizeConfig(Config):
     """Low-bit weights: a scheme, optional per-layer bits, embeddings, vocabulary trimming, budgets.
 
     Version 2 added ``exit_calibration``; a version-1 step kept the fp32 exit threshold, and reads back so.
+    Version 3 added ``exit_heads``; a version-2 step shipped them fp32, and reads back so.
     """
 
-    VERSION = 2
+    VERSION = 3
 
     scheme: str = knob("int8", choices=SCHEMES, help="int8 / int4 (groupwise) linears with int8 dynamic activations, "
                                                      "or mixed per layer.")
@@ -122,11 +127,16 @@ class QuantizeConfig(Config):
     exit_calibration: str = knob("quantized", choices=EXIT_CALIBRATIONS, help=(
         "A model with early exits (edgenlp dynamic): calibrate the exit threshold again on the quantized model "
         "(the same validation rows and maximum drop), or keep the fp32 model's."))
+    exit_heads: str = knob("int8", choices=EXIT_HEAD_BITS, help=(
+        "A model with early exits: its exit heads' linears as int8 (per-channel weights, int8 dynamic activations, "
+        "as the layers') or fp32."))
 
     @classmethod
     def upgrade(cls, d: dict) -> dict:
         if d.get("version", cls.VERSION) < 2:
             d = {**d, "version": 2, "exit_calibration": "fp32"}  # version 1 reused the fp32 threshold
+        if d.get("version", cls.VERSION) < 3:
+            d = {**d, "version": 3, "exit_heads": "fp32"}  # version 2 shipped the exit heads fp32
         return d
 
     def __post_init__(self) -> None:
@@ -149,6 +159,7 @@ class QuantizeConfig(Config):
         check_positive("size_mb", self.size_mb, allow_none=True)
         check_range("max_drop", self.max_drop, 0.0, allow_none=True)
         check_choice("exit_calibration", self.exit_calibration, EXIT_CALIBRATIONS)
+        check_choice("exit_heads", self.exit_heads, EXIT_HEAD_BITS)
         if self.scheme == "mixed" and self.size_mb is None and not self.layer_bits:
             raise ValueError("scheme 'mixed' needs size_mb (or explicit layer_bits)")
 

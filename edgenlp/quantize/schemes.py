@@ -120,6 +120,20 @@ def fake_quantize(model, config, *, inplace: bool = False):
     return m
 
 
+def quantize_exit_heads(heads: nn.Module) -> nn.Module:
+    """A copy of a dynamic model's exit heads (any module of plain linears) with every linear int8 as
+    :func:`fake_quantize` makes an int8 layer: per-channel int8 weights, int8 dynamic activations.
+
+    A linear already quantized, or with fewer than :data:`MIN_QUANT_IN_FEATURES` inputs, is left as it is.
+    """
+    from torchao.quantization import quantize_
+
+    m = copy.deepcopy(heads).eval()
+    quantize_(m, _linear_config(8, 32), filter_fn=lambda mod, fqn: isinstance(mod, nn.Linear)
+              and type(mod.weight) in (torch.Tensor, nn.Parameter) and mod.in_features >= MIN_QUANT_IN_FEATURES)
+    return m
+
+
 def linear_bytes(out_features: int, in_features: int, bits: int, group_size: int) -> int:
     """Stored bytes of one linear's weight + bias at ``bits`` (fp32 scales per channel or group).
 

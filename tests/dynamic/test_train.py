@@ -247,6 +247,7 @@ def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tin
     from edgenlp.finetune.trainer import encode_split, load_tokenizer
     from edgenlp.quantize.api import quantize_model
     from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.schemes import quantize_exit_heads
 
     model, info = load_model(tiny_dynamic_dir)
     cfg = info.recipe[-1].config
@@ -260,6 +261,7 @@ def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tin
 
     # The threshold, worked out here from the int8 model's traces on the validation rows make_dynamic held out.
     q = load_dynamic(tiny_dynamic_dir, base=qmodel)
+    q = q.with_heads(quantize_exit_heads(q.exit_heads))  # the int8 heads that ship (QuantizeConfig.exit_heads)
     _, val_idx, _ = split_rows(task, info, cfg)
     val = encode_split(tokenizer, task.train.take(val_idx), task.labels, max_len=cfg.max_seq_len)
     labels = np.asarray(val.labels)
@@ -283,6 +285,42 @@ def test_quantize_calibrates_the_exit_threshold_again_on_the_quantized_model(tin
     assert exit_threshold_of((*got.recipe, info.recipe[-1])) is None  # a later dynamic step starts over
 
 
+def test_exit_heads_ship_int8_on_a_quantized_base(tiny_dynamic_dir):
+    """``QuantizeConfig.exit_heads="int8"`` (the default): export lowers the exit heads' linears as int8 (per-channel
+    weights, dynamic activations), within int8 rounding of the fp32 heads, and the ONNX segments quantize the same
+    linears by name; ``"fp32"`` keeps them as trained."""
+    import onnx
+
+    from edgenlp.export.segments import as_dynamic, to_onnx_segments, with_quantized_exits
+    from edgenlp.quantize.api import quantize_model
+    from edgenlp.quantize.config import QuantizeConfig
+    from edgenlp.quantize.rounding import quantized_linears
+
+    model, info = load_model(tiny_dynamic_dir)
+    qmodel, qinfo = quantize_model(model, info, QuantizeConfig(scheme="int8"))
+    dyn = as_dynamic(qmodel, qinfo, qinfo.recipe)
+    lowered = with_quantized_exits(dyn, qmodel.quantization)
+    assert set(quantized_linears(lowered.exit_heads)) == {f"{l}.{p}" for l in dyn.exit_heads for p in ("pooler", "classifier")}
+    assert not quantized_linears(dyn.exit_heads)  # the trained heads are left as they were
+    assert lowered.spec == dyn.spec and lowered.base is dyn.base
+    x = torch.randn(3, 7, dyn.shape.hidden, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for l in dyn.exit_heads:
+            want, got = dyn.exit_heads[l](x), lowered.exit_heads[l](x)
+            assert not torch.equal(want, got)  # really int8,
+            assert torch.allclose(want, got, atol=0.05 * float(want.abs().max()) + 1e-4)  # within its rounding
+
+    fp32 = quantize_model(model, info, QuantizeConfig(scheme="int8", exit_heads="fp32"))[0]
+    assert with_quantized_exits(dyn, fp32.quantization) is dyn
+
+    files, _ = to_onnx_segments(dyn.with_base(qmodel.quantization.source), max_seq_len=16, quant=qmodel.quantization)
+    for k, segment in enumerate(dyn.segments()):
+        ops = [n.op_type for n in onnx.load_from_string(files[f"model.seg{k}.onnx"]).graph.node]
+        linears = sum(n.startswith(f"layers.{i}.") for n in qmodel.quantization.bits for i in segment.layer_indices)
+        linears += 2 * segment.has_exit  # the exit head's, or the model's own pooler and classifier at the last layer
+        assert ops.count("MatMulInteger") == linears, (k, ops.count("MatMulInteger"), linears)
+
+
 @pytest.mark.slow
 def test_quantized_base_lowers_to_one_delegate_call_per_segment(tiny_dynamic_dir, tmp_path):
     """int8 linears in every segment; the segment parity (gated inside export) passes at the quantized tolerance."""
@@ -297,6 +335,12 @@ def test_quantized_base_lowers_to_one_delegate_call_per_segment(tiny_dynamic_dir
     d = b.manifest["dynamic"]
     seg = [m for m in d["pte"]["methods"] if m["name"].startswith("seg")]
     assert all(m["delegate_calls"] == 1 and m["delegated_linears"].get("int8", 0) >= 4 for m in seg), seg
+    # the exit heads are int8 too (QuantizeConfig.exit_heads): no segment keeps an fp32 linear
+    assert all(set(m["delegated_linears"]) == {"int8"} for m in seg), seg
+    kept = quantize_model(model, info, QuantizeConfig(scheme="int8", exit_heads="fp32"))
+    f = export_bundle(*kept, tmp_path / "f", config=ExportConfig(formats=("pte",), max_seq_len=16, buckets=(16,)))
+    early = [m for m in f.manifest["dynamic"]["pte"]["methods"] if m["name"].startswith("seg")][:-1]
+    assert early and all(m["delegated_linears"].get("fp32") == 2 for m in early), early
     assert d["parity"]["executorch"]["passed"]
     assert Bundle.open(b.path).dynamic.spec == load_dynamic(tiny_dynamic_dir).spec
 
@@ -310,7 +354,7 @@ def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, 
 
     from edgenlp.dynamic.api import write_dynamic
     from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.export.segments import as_dynamic, check_segment_parity
+    from edgenlp.export.segments import as_dynamic, check_segment_parity, with_quantized_exits
     from edgenlp.models.tokenizer import build_tokenizer
     from edgenlp.quantize.api import quantize_model
     from edgenlp.quantize.config import QuantizeConfig
@@ -334,7 +378,8 @@ def test_a_sharp_exit_head_is_gated_by_its_own_rounding_error(tiny_dynamic_dir, 
 
     # A lowering that moved that exit's logits (its bias, by twice the limit) still fails the gate.
     policy = parity_policy(qinfo.recipe)
-    shifted = copy.deepcopy(policy.reference_model(as_dynamic(qmodel, qinfo, qinfo.recipe)))
+    shifted = copy.deepcopy(policy.reference_model(with_quantized_exits(as_dynamic(qmodel, qinfo, qinfo.recipe),
+                                                                        qmodel.quantization)))
     with torch.no_grad():
         shifted.exit_heads[first].classifier.bias[0] += 2 * p["tolerance"]
     got = check_segment_parity(b.path, shifted, formats=("pte",), texts=["a fine film", "dull"],
@@ -353,7 +398,7 @@ def test_token_importance_is_gated_by_its_own_rounding_bound_and_a_wrong_head_me
     fails that gate."""
     from edgenlp.dynamic import model as dyn_model
     from edgenlp.export.api import ExportConfig, export_bundle
-    from edgenlp.export.segments import as_dynamic, check_segment_parity
+    from edgenlp.export.segments import as_dynamic, check_segment_parity, with_quantized_exits
     from edgenlp.models.tokenizer import build_tokenizer
     from edgenlp.quantize.api import quantize_model
     from edgenlp.quantize.config import QuantizeConfig
@@ -370,7 +415,7 @@ def test_token_importance_is_gated_by_its_own_rounding_bound_and_a_wrong_head_me
     assert p["importance_max_abs_diff"] <= p["importance_tolerance"] and p["importance_rms_diff"] <= ib["rms_limit"]
 
     policy = parity_policy(qinfo.recipe)
-    reference = policy.reference_model(as_dynamic(qmodel, qinfo, qinfo.recipe))
+    reference = policy.reference_model(with_quantized_exits(as_dynamic(qmodel, qinfo, qinfo.recipe), qmodel.quantization))
     args = dict(formats=("pte",), texts=["a fine film", "dull", "the plot is thin but the acting is good"],
                 tokenizer=build_tokenizer(qinfo.vocab_file, qinfo.tokenizer), max_len=16,
                 tolerances={"executorch": b.manifest["parity"]["executorch"]["tolerance"]}, policy=policy)

@@ -578,6 +578,10 @@ struct edgenlp_handle {
     if (b == d.buckets.size()) return fail(EDGENLP_ERR_INTERNAL, "no bucket fits " + std::to_string(count) + " tokens");
     std::size_t S = d.buckets[b];
     std::vector<EValue> inputs, outs;
+    // The hidden states the next segment reads: the previous method's output where it left it (a method's planned
+    // memory stays as it is until that method runs again, and set_input copies it into the next method's own input),
+    // or `hidden` after tokens were dropped. No copy between segments.
+    const float* cur = nullptr;
     {
       input_ids.assign(S, tokenizer.pad_id());
       std::copy(ids.begin(), ids.end(), input_ids.begin());
@@ -585,9 +589,8 @@ struct edgenlp_handle {
       inputs.emplace_back(x.tensor());
       const std::string& name = d.embed_methods[b];
       if (const edgenlp_status st = execute(name, inputs, &outs); st != EDGENLP_OK) return st;
-      const float* h = float_output(outs, 0, S * H, name);
-      if (h == nullptr) return EDGENLP_ERR_MODEL;
-      hidden.assign(h, h + S * H);
+      cur = float_output(outs, 0, S * H, name);
+      if (cur == nullptr) return EDGENLP_ERR_MODEL;
       inputs.clear();  // x ends here
     }
     edgenlp::ExitState state(d.rule, s.threshold);
@@ -598,7 +601,7 @@ struct edgenlp_handle {
       const std::string& name = seg.methods[b];
       bias.assign(S, 0.0f);
       std::fill(bias.begin() + static_cast<std::ptrdiff_t>(count), bias.end(), mask_bias);
-      BufferTensor x(ScalarType::Float, S, H, hidden.data());
+      BufferTensor x(ScalarType::Float, S, H, const_cast<float*>(cur));  // only read (copied by set_input)
       BufferTensor m(ScalarType::Float, S, 0, bias.data());
       inputs.clear();
       inputs.emplace_back(x.tensor());
@@ -634,10 +637,11 @@ struct edgenlp_handle {
           for (std::size_t i = 0; i < count; ++i)
             std::copy(h + keep[i] * H, h + (keep[i] + 1) * H, next.begin() + static_cast<std::ptrdiff_t>(i * H));
           hidden.swap(next);
+          cur = hidden.data();
           continue;
         }
       }
-      hidden.assign(h, h + S * H);
+      cur = h;
     }
     return fail(EDGENLP_ERR_INTERNAL, "the last segment did not answer");
   }

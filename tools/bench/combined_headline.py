@@ -21,6 +21,11 @@ among them the chosen pruning with early exits when the plan offered it
 3. reports each configuration's dev accuracy against the uncompressed model's
    (from the headline's results) and its mean-latency speed-up over the peer.
 
+``--export-again`` measures the same candidate exported again by this
+checkout's code (cached in ``<headline>/again/``) instead of the bundle
+``compress`` wrote: a lowering change (int8 exit heads) measured without
+running ``compress`` again.
+
 ``--native`` adds, in the same rounds, the same candidate through libedgenlp's
 segment loop (``edgenlp_logits_dynamic``, tokenization included): exported
 again with the one bucket ``--seq-len`` (cached in ``<headline>/fixed-<seq>/``)
@@ -89,40 +94,44 @@ def exits_model(bundle: Path) -> Path:
     fail(f"no model with exits beside {bundle} (looked for prune-exits{suffix}/model, prune{suffix}/model, exits{suffix}/model)")
 
 
-def fixed_bundle(bundle: Path, workdir: Path, seq: int, task_name: str, data_dir) -> Path:
-    """The same candidate exported with one bucket, ``seq`` (cached under ``workdir``): the native runtime re-pads a
-    sentence to the smallest bucket that holds it, so a bundle whose only bucket is ``seq`` runs every sentence at
-    ``seq`` positions, as the headline's rule says. Same model, same quantization, same trimmed vocabulary (from the
-    same tuning split ``compress`` held its validation rows out of)."""
-    out = workdir / f"fixed-{seq}" / "bundle"
-    source = out.parent / "source.json"  # the export stage it was made from: a rerun of compress makes it stale
+def exported_again(bundle: Path, out: Path, task_name: str, data_dir, *, seq: int | None = None) -> Path:
+    """The same candidate exported again by this checkout's code into ``out`` (cached there): with the one bucket
+    ``seq`` when given, else with the bundle's own export settings. Same model, same quantization candidate, same
+    trimmed vocabulary (from the same tuning split ``compress`` held its validation rows out of).
+
+    The cache is keyed on the export stage it was made from (a rerun of compress makes it stale) and on the
+    quantization config this code builds for the candidate (a new field or default, e.g. int8 exit heads, too)."""
+    from edgenlp.compress.build import quantize_config
+    from edgenlp.export.api import ExportConfig
+
+    source = out.parent / "source.json"
     stage = json.loads((bundle.parent / "stage.json").read_text())
-    fingerprint = stage.get("fingerprint")
-    if (out / "manifest.json").is_file() and source.is_file() and json.loads(source.read_text()).get("fingerprint") == fingerprint:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    candidate = stage["inputs"]["candidate"]
+    qcfg = quantize_config(candidate, num_layers=int(manifest["model"]["shape"]["num_layers"]))
+    key = {"bundle": str(bundle), "fingerprint": stage.get("fingerprint"), "quantize": qcfg.to_dict(), "seq": seq}
+    if (out / "manifest.json").is_file() and source.is_file() and json.loads(source.read_text()) == key:
         return out
     if out.exists():
         import shutil
 
         shutil.rmtree(out)
-    from edgenlp.compress.build import quantize_config
     from edgenlp.compress.guard import quantize_bundle
     from edgenlp.compress.measured import validation_rows
     from edgenlp.data.tasks import load_task
-    from edgenlp.export.api import ExportConfig
     from edgenlp.models.registry import load_model
 
-    manifest = json.loads((bundle / "manifest.json").read_text())
-    candidate = stage["inputs"]["candidate"]
     task = load_task(task_name, data_dir=data_dir)
     seed = next((s["config"]["seed"] for s in manifest["applied"] if s["step"] == "finetune"), 0)
     tuning, _ = task.hold_out(validation_rows(len(task.train)), seed=seed)
     model_dir = exits_model(bundle)
     model, info = load_model(model_dir, labels=manifest["labels"])
-    qcfg = quantize_config(candidate, num_layers=model.shape.num_layers)
-    log.info("exporting %s with the one bucket %d to %s", model_dir, seq, out)
-    quantize_bundle(model, info, out, qcfg, task=tuning, export_config=ExportConfig(max_seq_len=seq, buckets=(seq,)),
-                    progress=False)
-    source.write_text(json.dumps({"bundle": str(bundle), "fingerprint": fingerprint}) + "\n")
+    export = ExportConfig.from_dict(manifest["export"]["config"])
+    if seq is not None:
+        export = ExportConfig(max_seq_len=seq, buckets=(seq,))
+    log.info("exporting %s again (buckets %s) to %s", model_dir, export.buckets or "default", out)
+    quantize_bundle(model, info, out, qcfg, task=tuning, export_config=export, progress=False)
+    source.write_text(json.dumps(key) + "\n")
     return out
 
 
@@ -159,7 +168,9 @@ def measure(args) -> dict:
     peer = peer_program.load_method(f"forward_{seq}")
     peer_in = [list(pad_to_bucket(row, PteMethod(f"forward_{seq}", seq), pad_id=fp32.pad_id)) for row in fp32.token_ids(texts)]
 
-    bundle = args.bundle or exits_bundle(args.headline / "run")
+    bundle = compress_bundle = args.bundle or exits_bundle(args.headline / "run")
+    if args.export_again:  # this checkout's lowering of the same candidate (e.g. int8 exit heads), its own buckets
+        bundle = exported_again(Path(compress_bundle), args.headline / "again" / "bundle", args.task, args.data_dir)
     runner = bundle_runner(bundle, runtime="executorch", threads=1)
     backend, spec = runner.backend, runner.spec
     backend.buckets = (seq,)  # the headline's rule: every program runs the same 128 positions
@@ -184,7 +195,8 @@ def measure(args) -> dict:
         from edgenlp.run.native import NativeDynamicRunner
 
         # libedgenlp: tokenization, the segment loop and the exit rule in C++ (the whole call is timed)
-        fixed = fixed_bundle(Path(bundle), args.headline, seq, args.task, args.data_dir)
+        fixed = exported_again(Path(compress_bundle), args.headline / f"fixed-{seq}" / "bundle", args.task, args.data_dir,
+                               seq=seq)
         native = NativeDynamicRunner(fixed, threads=1)
         calls["native static"] = lambda i: native.handle.logits_dynamic(texts[i], static=True)[0]
         calls.update({f"native exits@{t:g}": (lambda i, t=t: native.handle.logits_dynamic(texts[i], exit_threshold=t))
@@ -269,7 +281,8 @@ def measure(args) -> dict:
                key=lambda r: r["speedup_vs_peer_mean"], default=None)
     return {"task": args.task, "seq_len": seq, "threads": 1, "rounds": args.rounds, "dev_rows": len(texts),
             "headline_results": str(args.results.relative_to(ROOT)) if args.results.is_relative_to(ROOT) else str(args.results),
-            "bundle": str(bundle), "chosen_static": headline["compress"].get("chosen"),
+            "bundle": str(bundle), "exported_again": bool(args.export_again), "compress_bundle": str(compress_bundle),
+            "chosen_static": headline["compress"].get("chosen"),
             "bundle_sizes": json.loads((Path(bundle) / "manifest.json").read_text()).get("sizes", {}),
             **({"fixed_bundle": str(fixed)} if fixed is not None else {}),
             "reference_accuracy": reference, "calibrated_threshold": calibrated, "rule": spec.rule, "target": TARGET,
@@ -288,7 +301,10 @@ def markdown(doc: dict) -> str:
     res = doc["result"]
     lines = [f"# The headline bundle with early exits, beside the fastest peer ({doc['task']}, seq {doc['seq_len']}, 1 thread)", "",
              f"Bundle: `{doc['bundle']}` (the headline run's pruning with exits: {doc['chosen_static']}, "
-             f"with exit heads after every layer, rule {doc['rule']}). Every one of the {doc['dev_rows']} dev sentences runs "
+             f"with exit heads after every layer, rule {doc['rule']})"
+             + (f", exported again by this checkout's code from the model `compress` built for `{doc['compress_bundle']}` "
+                f"(its exit threshold calibrated again the way `compress` does, on training rows)"
+                if doc.get("exported_again") else "") + f". Every one of the {doc['dev_rows']} dev sentences runs "
              f"padded to {doc['seq_len']} positions through every program, {doc['rounds']} interleaved rounds in one process; "
              "a sentence's latency is the median of its rounds, mean and p90 over sentences. Accuracy against the "
              f"uncompressed fine-tuned model's {100 * doc['reference_accuracy']:.2f}% on dev. The exit threshold "
@@ -381,6 +397,9 @@ def main() -> None:
     ap.add_argument("--native", action="store_true",
                     help="Also run the bundle through libedgenlp (the C API's segment loop), exported again with the one "
                          "bucket --seq-len into <headline>/fixed-<seq>/ so that every sentence runs at that length.")
+    ap.add_argument("--export-again", action="store_true",
+                    help="Export the candidate again with this checkout's code (its own buckets, cached in "
+                         "<headline>/again/) and measure that bundle instead of the one compress wrote.")
     ap.add_argument("--out", type=Path, default=RESULTS / "combined-headline")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")

@@ -748,7 +748,7 @@ def compress_headline(r: Results) -> str:
             validation and verifies the candidates itself."""))
         blocks.append(headline_run(r(LONG_RECOVERY_RUN), LONG_RECOVERY_RUN))
     if r.has(COMBINED_RUN):
-        blocks.append(combined_run(r(COMBINED_RUN)))
+        blocks.append(combined_run(r(COMBINED_RUN), r("segment-overhead") if r.has("segment-overhead") else None))
     if r.has(BANKING77_RUN):
         blocks.append(paragraph("""
             **banking77, the same rules.** The issue asks for banking77 beside SST-2: the same command with `--task banking77`,
@@ -757,7 +757,29 @@ def compress_headline(r: Results) -> str:
     return "\n\n".join(blocks)
 
 
-def combined_run(d: dict) -> str:
+def segment_overhead(o: dict) -> str:
+    """``segment_overhead.py``: what running in segments costs over the static program, fp32 against int8 exit heads."""
+    cases = {(c["bundle"], c["bucket"]): c for c in o["cases"]}
+    labels = list(dict.fromkeys(c["bundle"] for c in o["cases"]))
+    buckets = sorted({c["bucket"] for c in o["cases"]})
+
+    def cost(label):
+        return ", ".join(f"{100 * cases[label, b]['overhead']:.0f}% at {b} tokens" for b in buckets if (label, b) in cases)
+
+    fp32 = next((lab for lab in labels if "fp32" in lab), None)
+    head_ms = {b: sum(cases[fp32, b]["profile"]["chain"]["ms"].get(k, 0.0) for k in _bench_module("segment_overhead").HEAD_OPS)
+               for b in buckets if (fp32, b) in cases} if fp32 else {}
+    where = (" ETDump's XNNPACK events put the largest single part of it in the fp32 exit heads: their poolers read a 384 × 384"
+             " fp32 matrix for one row, " + ", ".join(f"{ms:.3f} ms per pass at {b} tokens" for b, ms in head_ms.items())
+             + ". `quantize` now ships the exit heads int8 like the layers (`--exit-heads int8`, the default).") if head_ms else ""
+    return paragraph(f"""
+        **What the segments cost** (`tools/bench/segment_overhead.py`, `results/segment-overhead.{{json,md}}`): running every
+        segment of the real-length bundle, no exit taken, against its static program through the Python binding (its calls
+        included): {'; '.join(f'{lab}: {cost(lab)}' for lab in labels)}.{where} The rest is spread over the layers' own
+        operators (separate XNNPACK runtimes per segment) and the calls themselves. {host(o)}""")
+
+
+def combined_run(d: dict, segments: dict | None = None) -> str:
     """``combined_headline.py``: the headline's pruning with early exits beside the fastest peer, on the same dev inputs."""
     res, nat, best, t = d["result"], d.get("native_result"), d.get("best_on_dev_curve"), d["target"]
     peer = next(row for row in d["rows"] if "threshold" not in row and "static" not in row["program"])
@@ -790,6 +812,9 @@ def combined_run(d: dict) -> str:
     overhead = (f" The Python segment loop costs something of its own: at threshold {exit_hi['threshold']:g} the sentences run"
                 f" {exit_hi['mean_exit_layer']:.1f} of 6 layers on average yet take {exit_hi['mean_ms']:.2f} ms against the static"
                 f" program's {static_ms:.2f} ms (one delegate call per segment and the Python loop between them).") if exit_hi["mean_ms"] > static_ms else ""
+    again = (" The bundles measured are the same candidate exported again by the current code (`--export-again`: int8 exit"
+             " heads, the exit threshold calibrated again on training rows the way `compress` does)."
+             if d.get("exported_again") else "")
     head = paragraph(f"""
         **With early exits on top** (`tools/bench/combined_headline.py`, `tools/bench/results/{COMBINED_RUN}.{{json,md,png}}`).
         The dynamic-inference issue's combined target is this headline at ≥ {t['speedup']:g}× the fastest peer within
@@ -797,7 +822,7 @@ def combined_run(d: dict) -> str:
         candidate with exits too, `--dynamic auto`); this benchmark runs each of the {d['dev_rows']:,} dev sentences, padded to
         {d['seq_len']} positions as the headline's rule says, through the fastest peer, the pruned bundle's static program and
         its segment loop{" in Python and in libedgenlp" if nat is not None else ""}, {d['rounds']} alternating rounds in one process, 1 thread. The exits cut layers per sentence, so the
-        mean over sentences is the statistic they move; p90 stays near full depth. {host(d)}""")
+        mean over sentences is the statistic they move; p90 stays near full depth.{again} {host(d)}""")
     python_says = (f"the bundle's Python segment loop runs at **{res['speedup_vs_peer_mean']:.2f}×** the peer's mean and loses"
                    f" {res['drop_points']:.2f} points against the uncompressed model ({pct(d['reference_accuracy'])}%).{curve}{overhead}")
     if nat is None:
@@ -827,6 +852,8 @@ def combined_run(d: dict) -> str:
             {next(x for x in rl['rows'] if 'threshold' not in x)['mean_ms']:.2f} ms) at
             {r['extra_drop_points']:.2f} points extra drop, p90 {r['p90_vs_static']:.2f}× static: **{'met' if r['met'] else 'not met'}**
             {'' if r['met'] else '(short sentences leave less per layer to save against the loop and exit-head costs than at 128 positions)'}.""")
+    if segments is not None:
+        body += "\n\n" + segment_overhead(segments)
     return "\n\n".join([head, tab, body])
 
 

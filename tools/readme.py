@@ -722,9 +722,11 @@ def _attempt_ms(attempts: list[str]) -> list[float]:
 
 
 HEADLINE_RUNS = ("compress-headline", "compress-headline-amd-avx512vnni")  # one per host class measured, oldest first
-LONG_RECOVERY_RUN = "compress-headline-intel-amx-long"  # the headline again through compress --recovery long
+# the headline again through compress --recovery long, one per host class measured, oldest first
+LONG_RECOVERY_RUNS = ("compress-headline-intel-amx-long", "compress-headline-amd-avx512vnni-long")
 BANKING77_RUN = "compress-headline-banking77-intel-amx-long"  # the same rules on banking77
-COMBINED_RUN = "combined-headline"  # the long run's pruning with early exits, beside the fastest peer
+# the long runs' prunings with early exits, beside the fastest peer (the same order as LONG_RECOVERY_RUNS)
+COMBINED_RUNS = ("combined-headline", "combined-headline-amd-avx512vnni")
 
 
 @section("compress-headline")
@@ -741,14 +743,19 @@ def compress_headline(r: Results) -> str:
         blocks.append(_latency_pruning(r(HEADLINE_RUNS[-1]), r(LATENCY_PRUNING_RUN)))
     if r.has("recovery-budget"):
         blocks.append(_recovery_budget(r("recovery-budget"), long_rows=r.has("recovery-1200")))
-    if r.has(LONG_RECOVERY_RUN):
-        blocks.append(paragraph("""
-            **Through `compress`, with the long recovery.** The same headline run again, on an Intel host with AMX, with
-            `--recovery long`: the planner reads the prior's rows at the long budget and `compress` builds, scores on
-            validation and verifies the candidates itself."""))
-        blocks.append(headline_run(r(LONG_RECOVERY_RUN), LONG_RECOVERY_RUN))
-    if r.has(COMBINED_RUN):
-        blocks.append(combined_run(r(COMBINED_RUN), r("segment-overhead") if r.has("segment-overhead") else None))
+    long_runs = [name for name in LONG_RECOVERY_RUNS if r.has(name)]
+    if long_runs:
+        hosts = " and ".join(_host_class(r(name)) for name in long_runs)
+        blocks.append(paragraph(f"""
+            **Through `compress`, with the long recovery.** The same headline run again with `--recovery long`, on {hosts}:
+            the planner reads the prior's rows at the long budget and `compress` builds, scores on validation and verifies
+            the candidates itself."""))
+        blocks += [headline_run(r(name), name) for name in long_runs]
+    combined = [name for name in COMBINED_RUNS if r.has(name)]
+    for i, name in enumerate(combined):
+        last = i == len(combined) - 1
+        blocks.append(combined_run(r(name), r("segment-overhead") if last and r.has("segment-overhead") else None, file=name,
+                                   first=i == 0))
     if r.has(BANKING77_RUN):
         blocks.append(paragraph("""
             **banking77, the same rules.** The issue asks for banking77 beside SST-2: the same command with `--task banking77`,
@@ -779,7 +786,15 @@ def segment_overhead(o: dict) -> str:
         operators (separate XNNPACK runtimes per segment) and the calls themselves. {host(o)}""")
 
 
-def combined_run(d: dict, segments: dict | None = None) -> str:
+def _host_class(d: dict) -> str:
+    """A results file's host in a few words: the vendor and the fastest int8 instructions its ISA flags name."""
+    cpu, flags = cpu_of(d), isa_of(d)
+    vendor = "an AMD EPYC host" if "AMD" in cpu else "an Intel Xeon host" if "Intel" in cpu else "a host"
+    isa = "AMX" if "amx" in flags else "AVX-512 VNNI" if "avx512_vnni" in flags else "AVX2" if "avx2" in flags else ""
+    return f"{vendor} with {isa}" if isa else vendor
+
+
+def combined_run(d: dict, segments: dict | None = None, *, file: str = COMBINED_RUNS[0], first: bool = True) -> str:
     """``combined_headline.py``: the headline's pruning with early exits beside the fastest peer, on the same dev inputs."""
     res, nat, best, t = d["result"], d.get("native_result"), d.get("best_on_dev_curve"), d["target"]
     peer = next(row for row in d["rows"] if "threshold" not in row and "static" not in row["program"])
@@ -815,11 +830,18 @@ def combined_run(d: dict, segments: dict | None = None) -> str:
     again = (" The bundles measured are the same candidate exported again by the current code (`--export-again`: int8 exit"
              " heads, the exit threshold calibrated again on training rows the way `compress` does)."
              if d.get("exported_again") else "")
+    where = _host_class(d).split(" with ")[0].split(" ", 1)[1]  # "Intel Xeon host"
+    built = (f"The {where} run's plan chose the static candidate"
+             f" ({d['chosen_static']}), so the exits went on that pruning as `compress`'s prune-exits stage builds them for a"
+             " candidate with exits: the exits stage's config, trained and calibrated on the same training rows"
+             " (`--add-exits`)." if d.get("exits_added") else
+             f"The {where} run above also built its pruning with exit heads after every layer (the plan offers every"
+             " candidate with exits too, `--dynamic auto`).")
     head = paragraph(f"""
-        **With early exits on top** (`tools/bench/combined_headline.py`, `tools/bench/results/{COMBINED_RUN}.{{json,md,png}}`).
+        **With early exits on top{'' if first else ', on ' + _host_class(d)}** (`tools/bench/combined_headline.py`,
+        `tools/bench/results/{file}.{{json,md,png}}`).
         The dynamic-inference issue's combined target is this headline at ≥ {t['speedup']:g}× the fastest peer within
-        {t['max_drop']:g} point. The run above also built its pruning with exit heads after every layer (the plan offers every
-        candidate with exits too, `--dynamic auto`); this benchmark runs each of the {d['dev_rows']:,} dev sentences, padded to
+        {t['max_drop']:g} point. {built} This benchmark runs each of the {d['dev_rows']:,} dev sentences, padded to
         {d['seq_len']} positions as the headline's rule says, through the fastest peer, the pruned bundle's static program and
         its segment loop{" in Python and in libedgenlp" if nat is not None else ""}, {d['rounds']} alternating rounds in one process, 1 thread. The exits cut layers per sentence, so the
         mean over sentences is the statistic they move; p90 stays near full depth.{again} {host(d)}""")
@@ -850,8 +872,7 @@ def combined_run(d: dict, segments: dict | None = None) -> str:
             drop, p90 ≤ {t2['p90_vs_static']:g}× static), on `compress`'s pruned model. At the calibrated threshold the exits run
             at **{r['speedup_vs_static_mean']:.2f}×** the static bundle's mean ({r['mean_ms']:.2f} ms against
             {next(x for x in rl['rows'] if 'threshold' not in x)['mean_ms']:.2f} ms) at
-            {r['extra_drop_points']:.2f} points extra drop, p90 {r['p90_vs_static']:.2f}× static: **{'met' if r['met'] else 'not met'}**
-            {'' if r['met'] else '(short sentences leave less per layer to save against the loop and exit-head costs than at 128 positions)'}.""")
+            {r['extra_drop_points']:.2f} points extra drop, p90 {r['p90_vs_static']:.2f}× static: **{'met' if r['met'] else 'not met'}**{'' if r['met'] else ' (short sentences leave less per layer to save against the loop and exit-head costs than at 128 positions)'}.""")
     if segments is not None:
         body += "\n\n" + segment_overhead(segments)
     return "\n\n".join([head, tab, body])

@@ -26,6 +26,13 @@ checkout's code (cached in ``<headline>/again/``) instead of the bundle
 ``compress`` wrote: a lowering change (int8 exit heads) measured without
 running ``compress`` again.
 
+``--add-exits`` is for a run whose plan chose a static candidate and built no
+twin with exits: it puts exits on the chosen pruning the way ``compress``'s
+prune-exits stage would (the exits stage's config, trained and calibrated on
+the same tuning split), into ``run/prune-exits-x/model``, beside a copy of the
+chosen export stage (``run/export-x/``), and measures that candidate
+(with ``--export-again``: the bundle is lowered from that model).
+
 ``--native`` adds, in the same rounds, the same candidate through libedgenlp's
 segment loop (``edgenlp_logits_dynamic``, tokenization included): exported
 again with the one bucket ``--seq-len`` (cached in ``<headline>/fixed-<seq>/``)
@@ -80,6 +87,40 @@ def exits_bundle(run: Path) -> Path:
         if json.loads(manifest.read_text()).get("dynamic"):
             return manifest.parent
     fail(f"no bundle with early exits under {run} (did the plan offer exits? compress --dynamic auto)")
+
+
+def add_exits(run: Path, task_name: str, data_dir) -> Path:
+    """Exits on the pruning ``compress`` chose (``run/export``'s candidate), as its prune-exits stage builds them for a
+    candidate with exits: the exits stage's config, trained and calibrated on the same tuning split. Writes
+    ``run/prune-exits-x/model`` and ``run/export-x/`` (the chosen export stage's record and bundle, what
+    :func:`exported_again` lowers the candidate from); cached. Returns ``run/export-x/bundle``."""
+    import shutil
+
+    from edgenlp.compress.build import exits_candidate
+    from edgenlp.compress.measured import validation_rows
+    from edgenlp.data.tasks import load_task
+
+    chosen, exits_stage = run / "export", run / "exits" / "stage.json"
+    model_from = run / json.loads((run / "prune" / "stage.json").read_text())["result"]["model"]
+    if not (chosen / "bundle" / "manifest.json").is_file() or not exits_stage.is_file():
+        fail(f"{run} has no export/bundle or no exits stage (compress --dynamic off trains no exits to repeat)")
+    exits = json.loads(exits_stage.read_text())["inputs"]["exits"]
+    out_stage, model_dir = run / "export-x", run / "prune-exits-x" / "model"
+    key = {"from": str(model_from), "fingerprint": json.loads((chosen / "stage.json").read_text()).get("fingerprint"),
+           "exits": exits}
+    record = run / "prune-exits-x" / "source.json"
+    if not ((model_dir / "dynamic.json").is_file() and record.is_file() and json.loads(record.read_text()) == key):
+        manifest = json.loads((chosen / "bundle" / "manifest.json").read_text())
+        seed = next((s["config"]["seed"] for s in manifest["applied"] if s["step"] == "finetune"), 0)
+        task = load_task(task_name, data_dir=data_dir)
+        tuning, _ = task.hold_out(validation_rows(len(task.train)), seed=seed)
+        got = exits_candidate(str(model_from), str(model_dir), labels=task.labels, task=tuning, exits=exits)
+        log.info("exits on %s: %s", model_from, got["exits"])
+        record.write_text(json.dumps(key) + "\n")
+    if out_stage.exists():
+        shutil.rmtree(out_stage)
+    shutil.copytree(chosen, out_stage)
+    return out_stage / "bundle"
 
 
 def exits_model(bundle: Path) -> Path:
@@ -142,6 +183,8 @@ def check_inputs(args) -> None:
             fail(f"{path} does not exist (--headline is a compress_headline.py workdir, --results its JSON)")
     if args.bundle is not None and not (args.bundle / "manifest.json").is_file():
         fail(f"{args.bundle} is not a bundle (no manifest.json)")
+    if args.add_exits and (args.bundle is not None or not args.export_again):
+        fail("--add-exits builds its own candidate: give it with --export-again and without --bundle")
 
 
 def measure(args) -> dict:
@@ -168,6 +211,8 @@ def measure(args) -> dict:
     peer = peer_program.load_method(f"forward_{seq}")
     peer_in = [list(pad_to_bucket(row, PteMethod(f"forward_{seq}", seq), pad_id=fp32.pad_id)) for row in fp32.token_ids(texts)]
 
+    if args.add_exits:
+        args.bundle = add_exits(args.headline / "run", args.task, args.data_dir)
     bundle = compress_bundle = args.bundle or exits_bundle(args.headline / "run")
     if args.export_again:  # this checkout's lowering of the same candidate (e.g. int8 exit heads), its own buckets
         bundle = exported_again(Path(compress_bundle), args.headline / "again" / "bundle", args.task, args.data_dir)
@@ -282,6 +327,7 @@ def measure(args) -> dict:
     return {"task": args.task, "seq_len": seq, "threads": 1, "rounds": args.rounds, "dev_rows": len(texts),
             "headline_results": str(args.results.relative_to(ROOT)) if args.results.is_relative_to(ROOT) else str(args.results),
             "bundle": str(bundle), "exported_again": bool(args.export_again), "compress_bundle": str(compress_bundle),
+            "exits_added": bool(args.add_exits),
             "chosen_static": headline["compress"].get("chosen"),
             "bundle_sizes": json.loads((Path(bundle) / "manifest.json").read_text()).get("sizes", {}),
             **({"fixed_bundle": str(fixed)} if fixed is not None else {}),
@@ -301,7 +347,9 @@ def markdown(doc: dict) -> str:
     res = doc["result"]
     lines = [f"# The headline bundle with early exits, beside the fastest peer ({doc['task']}, seq {doc['seq_len']}, 1 thread)", "",
              f"Bundle: `{doc['bundle']}` (the headline run's pruning with exits: {doc['chosen_static']}, "
-             f"with exit heads after every layer, rule {doc['rule']})"
+             f"with exit heads after every layer, rule {doc['rule']}"
+             + ("; its plan chose the static candidate, so the exits went on that pruning as `compress`'s prune-exits "
+                "stage builds them, `--add-exits`" if doc.get("exits_added") else "") + ")"
              + (f", exported again by this checkout's code from the model `compress` built for `{doc['compress_bundle']}` "
                 f"(its exit threshold calibrated again the way `compress` does, on training rows)"
                 if doc.get("exported_again") else "") + f". Every one of the {doc['dev_rows']} dev sentences runs "
@@ -397,6 +445,9 @@ def main() -> None:
     ap.add_argument("--native", action="store_true",
                     help="Also run the bundle through libedgenlp (the C API's segment loop), exported again with the one "
                          "bucket --seq-len into <headline>/fixed-<seq>/ so that every sentence runs at that length.")
+    ap.add_argument("--add-exits", action="store_true",
+                    help="The plan chose a static candidate: put exits on its pruning as compress's prune-exits stage "
+                         "would (run/prune-exits-x/) and measure that candidate (with --export-again).")
     ap.add_argument("--export-again", action="store_true",
                     help="Export the candidate again with this checkout's code (its own buckets, cached in "
                          "<headline>/again/) and measure that bundle instead of the one compress wrote.")

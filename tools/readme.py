@@ -1511,9 +1511,30 @@ def quick_preset(r: Results) -> str:
         preset gives them fewer."""), tab])
 
 
+# the ablation at 94 steps (3,000 rows), then on every training row but validation at 1 and 3 epochs
+LEARNER_ABLATIONS = ("learner-ablation", "learner-ablation-1epoch-all-rows", "learner-ablation-3epochs-all-rows")
+
+
 @section("finetune-learner-ablation")
 def finetune_learner_ablation(r: Results) -> str:
     d = r("learner-ablation")
+    parts = [_learner_ablation(d, "learner-ablation")]
+    parts += [_learner_ablation(r(name), name) for name in LEARNER_ABLATIONS[1:] if r.has(name)]
+    if d.get("curves"):
+        parts.append(paragraph(f"""
+            Learning curves, one row per task (dev accuracy after each epoch against steps and against training seconds, seed
+            0, full fine-tuning, FAR and the Learner at the defaults), drawn from
+            {', '.join(f"`{t['source']}`" for t in d['curves']['tasks'].values())}: `tools/bench/results/learner-ablation.png`."""))
+    return "\n\n".join(parts)
+
+
+def _loads(host_doc: dict) -> dict | None:
+    """The load averages the bench harness recorded before and after, when it did."""
+    return {k: host_doc[f"load_avg_{k}"] for k in ("before", "after") if host_doc.get(f"load_avg_{k}")} or None
+
+
+def _learner_ablation(d: dict, name: str) -> str:
+    """One ``learner_ablation.py`` results file: its variants, the choice on validation and the gap to full fine-tuning."""
     m, rows, v = d["meta"], d["rows"], d.get("verdict", {})
     host_doc = d.get("host", {})
     by = {x["variant"]: x for x in rows}
@@ -1530,22 +1551,19 @@ def finetune_learner_ablation(r: Results) -> str:
     tab = table(["variant", "what changes", "validation, seed 0", "dev vs `default`, seed 0", "dev acc (%)", "seeds", "trainable"],
                 ["l", "l", "r", "r", "r", "l", "r"], out_rows)
     if not rows:
-        parts = [paragraph(f"""
-            **Not measured yet**: no run of `tools/bench/learner_ablation.py` has finished ({m.get('note') or 'no note'}).""")]
-        if d.get("curves"):
-            parts.append(paragraph(f"""
-                Learning curves, one row per task (dev accuracy after each epoch against steps and against training seconds, seed
-                0, full fine-tuning, FAR and the Learner at the defaults), drawn from
-                {', '.join(f"`{t['source']}`" for t in d['curves']['tasks'].values())}:
-                `tools/bench/results/learner-ablation.png`."""))
-        return "\n\n".join(parts)
+        return paragraph(f"""
+            **Not measured yet** (`{name}`): no run of `tools/bench/learner_ablation.py` has finished
+            ({m.get('note') or 'no note'}).""")
+    side = "" if m.get("note") else f"; {m.get('jobs', 1)} runs side by side"
     hw = (f"Host: {host_doc.get('cpu_model', 'CPU not recorded')}, {host_doc.get('cpu_count')} cores, ISA flags"
-          f" {_isa_text(host_doc.get('isa_flags'))}; {m.get('note') or load_text(None)}.")
+          f" {_isa_text(host_doc.get('isa_flags'))}; {m.get('note') or load_text(_loads(host_doc))}{side}.")
+    epochs = f"{m['epochs']} epoch{'s' if m['epochs'] > 1 else ''}"
     head = paragraph(f"""
-        **Measured** (`tools/bench/results/learner-ablation.{{md,json}}`): banking77 ({m['classes']} classes), MiniLM-L6,
-        {m['epochs']} epoch on {thousands(m['fit_rows'])} training rows ({by[next(iter(by))]['steps']} optimizer steps),
-        length {m['max_seq_len']}, {m['threads']} thread per run, CPU. {thousands(m['val_rows'])} other train rows are the validation
-        split the variants are chosen on; the {thousands(m['dev_rows'])} dev rows report them. {hw}""")
+        **Measured** (`tools/bench/results/{name}.{{md,json}}`): banking77 ({m['classes']} classes), MiniLM-L6,
+        {epochs} on {thousands(m['fit_rows'])} training rows ({by[next(iter(by))]['steps']} optimizer steps,
+        {by[next(iter(by))]['steps'] / m['classes']:.1f} per class), length {m['max_seq_len']}, {m['threads']} thread per run,
+        CPU. {thousands(m['val_rows'])} other train rows are the validation split the variants are chosen on; the
+        {thousands(m['dev_rows'])} dev rows report them. {hw}""")
     items = []
     if v.get("chosen"):
         c = by[v["chosen"]]
@@ -1555,13 +1573,7 @@ def finetune_learner_ablation(r: Results) -> str:
                      f" target {'met' if v['target_met'] else 'missed'}.")
     if "far" in by:
         items.append(f"FAR at its tuned rates: {acc(by['far'])}%.")
-    parts = [head, tab] + ([bullets(items)] if items else [])
-    if d.get("curves"):
-        parts.append(paragraph(f"""
-            Learning curves, one row per task (dev accuracy after each epoch against steps and against training seconds, seed
-            0, full fine-tuning, FAR and the Learner at the defaults), drawn from
-            {', '.join(f"`{t['source']}`" for t in d['curves']['tasks'].values())}: `tools/bench/results/learner-ablation.png`."""))
-    return "\n\n".join(parts)
+    return "\n\n".join([head, tab] + ([bullets(items)] if items else []))
 
 
 # --------------------------------------------------------------------------- pruning

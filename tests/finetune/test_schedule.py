@@ -10,11 +10,15 @@ from edgenlp.finetune.config import LearnerSchedule, learner_schedule
 # (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit, head lr, probe steps)
 TABLE = [
     ("SST-2, 8,000 rows, 1 epoch", 2, 250, 250, (83, 5e-5, False, None, 0)),
-    ("banking77, 1 epoch", 77, 282, 282, (94, 5e-5, False, None, 0)),
+    ("banking77, 1 epoch: 3.7 steps per class, short: probe then a fast head", 77, 282, 282, (94, 5e-5, False, 6.4e-3, 28)),
     ("banking77, 2 epochs: 2/3 of an epoch, not half the run", 77, 282, 564, (188, 5e-5, False, None, 0)),
     ("banking77, 3 epochs (its default): 1 epoch", 77, 282, 846, (282, 5e-5, False, None, 0)),
-    ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch", 154, 125, 625, (125, 5e-5, False, None, 0)),
-    ("the 24-class test task, 10 epochs of 6 steps", 24, 6, 60, (6, 5e-5, False, None, 0)),
+    ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch (4.06 steps per class: not short)", 154, 125, 625,
+     (125, 5e-5, False, None, 0)),
+    ("154 classes, 4,000 rows, 2 epochs: short", 154, 125, 250, (83, 5e-5, False, 6.4e-3, 12)),
+    ("the 24-class test task, 10 epochs of 6 steps: 2.5 per class, short", 24, 6, 60, (6, 5e-5, False, 6.4e-3, 1)),
+    ("banking77, 2 epochs of 3,000 rows: 188 steps, short", 77, 94, 188, (62, 5e-5, False, 6.4e-3, 9)),
+    ("4 steps per class exactly: not short", 10, 40, 40, (13, 5e-5, False, None, 0)),
     ("banking77, 3,000 rows, 1 epoch (the ablation): short, probe then a fast head", 77, 94, 94,
      (31, 5e-5, False, 6.4e-3, 9)),
     ("max_steps below an epoch: short", 77, 282, 30, (10, 5e-5, False, 6.4e-3, 3)),
@@ -60,5 +64,6 @@ def test_trainer_follows_the_schedule(learner, epochs, priming, synth_task):
     want = learner_schedule(classes=2, steps_per_epoch=6, total_steps=6 * epochs)
     assert report["learner"]["schedule"] == want.to_dict()
     assert report["learner"]["priming_steps"] == priming
-    assert [p["first_step"] for p in report["phases"]] == [0, priming]
+    probe = want.probe_steps if learner.probe_epochs is None else learner.probe_steps_for(6)
+    assert [p["first_step"] for p in report["phases"]] == ([0] if probe else []) + [probe, probe + priming]
     assert report["lr"]["priming"] == want.priming_lr and report["learner"]["bitfit"] == want.bitfit

@@ -58,6 +58,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "head-lr2": ("head rate 2e-2", {"head_lr": 2e-2}, {}),
     "lp-ft": ("linear probing first: 0.1 epoch of head only, then priming and Learners", {}, {"probe_epochs": 0.1}),
     "bitfit": ("biases and layer norms (embeddings' too) train with the Learners", {}, {"bitfit": True}),
+    "rank64": ("Learner rank 64 (hidden / 6; the default is hidden / 12 = 32)", {}, {"rank": 64}),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
 }
 REFERENCES = ("full", "far")
@@ -160,7 +161,9 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 def markdown(rows: list[dict], meta: dict, verdict: list[str]) -> str:
     fmt = lambda r: f"{r['dev_mean']:.2f}" + (f" ± {r['dev_std']:.2f}" if r["dev_std"] is not None else "")  # noqa: E731
-    md = ["# Learner ablation on banking77 at 1 epoch (tools/bench/learner_ablation.py)", "",
+    rows_note = f", {meta['fit_rows']:,} training rows" if meta.get("fit_rows_asked") else ", every training row but validation"
+    md = [f"# Learner ablation on {meta['task']} at {meta['epochs']} epoch{'s' if meta['epochs'] > 1 else ''}{rows_note} "
+          "(tools/bench/learner_ablation.py)", "",
           f"MiniLM-L6, {meta['task']} ({meta['classes']} classes), {meta['epochs']} epoch (priming included), batch 32, "
           f"max_seq_len {meta['max_seq_len']}, {meta['threads']} thread per run, {meta['jobs']} runs side by side, CPU. "
           f"{meta['val_rows']} train rows (split seed {meta['split_seed']}) are held out as validation: every run trains on "

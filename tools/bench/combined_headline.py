@@ -100,10 +100,10 @@ def add_exits(run: Path, task_name: str, data_dir) -> Path:
     from edgenlp.compress.measured import validation_rows
     from edgenlp.data.tasks import load_task
 
-    chosen, exits_stage = run / "export", run / "exits" / "stage.json"
-    model_from = run / json.loads((run / "prune" / "stage.json").read_text())["result"]["model"]
-    if not (chosen / "bundle" / "manifest.json").is_file() or not exits_stage.is_file():
-        fail(f"{run} has no export/bundle or no exits stage (compress --dynamic off trains no exits to repeat)")
+    chosen, exits_stage, prune_stage = run / "export", run / "exits" / "stage.json", run / "prune" / "stage.json"
+    if not (chosen / "bundle" / "manifest.json").is_file() or not prune_stage.is_file() or not exits_stage.is_file():
+        fail(f"{run} has no export/bundle, prune stage or exits stage (compress --dynamic off trains no exits to repeat)")
+    model_from = run / json.loads(prune_stage.read_text())["result"]["model"]
     exits = json.loads(exits_stage.read_text())["inputs"]["exits"]
     out_stage, model_dir = run / "export-x", run / "prune-exits-x" / "model"
     key = {"from": str(model_from), "fingerprint": json.loads((chosen / "stage.json").read_text()).get("fingerprint"),
@@ -117,6 +117,8 @@ def add_exits(run: Path, task_name: str, data_dir) -> Path:
         got = exits_candidate(str(model_from), str(model_dir), labels=task.labels, task=tuning, exits=exits)
         log.info("exits on %s: %s", model_from, got["exits"])
         record.write_text(json.dumps(key) + "\n")
+        for stale in [run.parent / "again", *run.parent.glob("fixed-*")]:  # lowered from the exits replaced here
+            shutil.rmtree(stale, ignore_errors=True)
     if out_stage.exists():
         shutil.rmtree(out_stage)
     shutil.copytree(chosen, out_stage)

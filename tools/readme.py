@@ -1525,7 +1525,33 @@ def finetune_learner_ablation(r: Results) -> str:
             Learning curves, one row per task (dev accuracy after each epoch against steps and against training seconds, seed
             0, full fine-tuning, FAR and the Learner at the defaults), drawn from
             {', '.join(f"`{t['source']}`" for t in d['curves']['tasks'].values())}: `tools/bench/results/learner-ablation.png`."""))
+    if r.has(LIBRARY_STEPS):
+        parts.append(_library_steps(r(LIBRARY_STEPS)))
     return "\n\n".join(parts)
+
+
+LIBRARY_STEPS = "finetune-steps-library"  # the step time again, with the library's own train_step and a profile
+
+
+def _library_steps(s: dict) -> str:
+    """``finetune.py --step-timing``: every method's step against full fine-tuning's, and where the Learner step goes."""
+    m, prof = s["methods"], s["learner_profile"]
+    g = prof["groups_ms"]
+    lr = m["learner"]
+    ratios = ", ".join(f"{k} {100 * v['vs_full']:.0f}%" for k, v in m.items() if k not in ("full", "learner"))
+    fwd, bwd = g["forward: base linears"], g["backward: base linears"]
+    return paragraph(f"""
+        **The step, timed with the library's own step** (`tools/bench/finetune.py --step-timing {lr['steps']}`,
+        `tools/bench/results/{LIBRARY_STEPS}.{{json,md}}`): `edgenlp.finetune.trainer.train_step` (clipping, AdamW over the
+        method's parameter groups), every method's k-th step beside the others' on the same batch, {s['threads']} threads,
+        batch {s['batch_size']}, length {s['max_seq_len']}. The Learner's step is **{100 * lr['vs_full']:.0f}%** of full
+        fine-tuning's (p10–p90 {100 * lr['vs_full_p10']:.0f}–{100 * lr['vs_full_p90']:.0f}%; {ratios}): the ≤ 75% goal is
+        {'met' if lr['vs_full'] <= 0.75 else 'missed'}. Where it goes (torch.profiler, one step): the frozen base still runs its
+        whole forward ({100 * fwd / g['total']:.0f}%) and its backward to the activations ({100 * prof['frozen_base_backward_ms'] /
+        g['total']:.0f}%, of which the base linears' input gradients {100 * bwd / g['total']:.0f}%); the Learner factors cost
+        {100 * prof['learner_parts_ms'] / g['total']:.0f}% and the optimizer {100 * g['optimizer'] / g['total']:.0f}%. What the
+        Learner saves is the base linears' weight gradients and the optimizer over them; what dominates is the frozen base
+        itself, which no low-rank method avoids without cutting the backward short of the early layers. {host(s)}""")
 
 
 def _loads(host_doc: dict) -> dict | None:

@@ -149,12 +149,16 @@ def load_text(load) -> str:
     return f"load average {' / '.join(num(x, 2) for x in load)} (1/5/15 min)"
 
 
+def _loads(host_doc: dict) -> dict | None:
+    """The load averages the bench harness recorded before and after, when it did."""
+    return {k: host_doc[f"load_avg_{k}"] for k in ("before", "after") if host_doc.get(f"load_avg_{k}")} or None
+
+
 def host(doc: dict, *, cpu: str | None = None, isa: str | None = None, load=None, file: str | None = None) -> str:
     """`Host: CPU, N cores, ISA flags ...; load average ...` for a results document (``load`` by default: the load
     averages the bench harness recorded in the document's ``host`` block, when it did)."""
     if load is None:
-        h = doc.get("host") or {}
-        load = {k: h[f"load_avg_{k}"] for k in ("before", "after") if h.get(f"load_avg_{k}")} or None
+        load = _loads(doc.get("host") or {})
     cores = cores_of(doc)
     parts = [cpu or cpu_of(doc)] + ([f"{cores} cores"] if cores else []) + [f"ISA flags {isa or isa_of(doc)}"]
     where = f" (`{file}`)" if file else ""
@@ -786,11 +790,17 @@ def segment_overhead(o: dict) -> str:
         operators (separate XNNPACK runtimes per segment) and the calls themselves. {host(o)}""")
 
 
+def _host_kind(d: dict) -> str:
+    """A results file's host by vendor: "AMD EPYC host", "Intel Xeon host" or "host"."""
+    cpu = cpu_of(d)
+    return "AMD EPYC host" if "AMD" in cpu else "Intel Xeon host" if "Intel" in cpu else "host"
+
+
 def _host_class(d: dict) -> str:
     """A results file's host in a few words: the vendor and the fastest int8 instructions its ISA flags name."""
-    cpu, flags = cpu_of(d), isa_of(d)
-    vendor = "an AMD EPYC host" if "AMD" in cpu else "an Intel Xeon host" if "Intel" in cpu else "a host"
+    flags, kind = isa_of(d), _host_kind(d)
     isa = "AMX" if "amx" in flags else "AVX-512 VNNI" if "avx512_vnni" in flags else "AVX2" if "avx2" in flags else ""
+    vendor = f"an {kind}" if kind[0] in "AI" else f"a {kind}"
     return f"{vendor} with {isa}" if isa else vendor
 
 
@@ -830,7 +840,7 @@ def combined_run(d: dict, segments: dict | None = None, *, file: str = COMBINED_
     again = (" The bundles measured are the same candidate exported again by the current code (`--export-again`: int8 exit"
              " heads, the exit threshold calibrated again on training rows the way `compress` does)."
              if d.get("exported_again") else "")
-    where = _host_class(d).split(" with ")[0].split(" ", 1)[1]  # "Intel Xeon host"
+    where = _host_kind(d)
     built = (f"The {where} run's plan chose the static candidate"
              f" ({d['chosen_static']}), so the exits went on that pruning as `compress`'s prune-exits stage builds them for a"
              " candidate with exits: the exits stage's config, trained and calibrated on the same training rows"
@@ -1552,11 +1562,6 @@ def _library_steps(s: dict) -> str:
         {100 * prof['learner_parts_ms'] / g['total']:.0f}% and the optimizer {100 * g['optimizer'] / g['total']:.0f}%. What the
         Learner saves is the base linears' weight gradients and the optimizer over them; what dominates is the frozen base
         itself, which no low-rank method avoids without cutting the backward short of the early layers. {host(s)}""")
-
-
-def _loads(host_doc: dict) -> dict | None:
-    """The load averages the bench harness recorded before and after, when it did."""
-    return {k: host_doc[f"load_avg_{k}"] for k in ("before", "after") if host_doc.get(f"load_avg_{k}")} or None
 
 
 def _learner_ablation(d: dict, name: str) -> str:

@@ -64,6 +64,6 @@ def test_trainer_follows_the_schedule(learner, epochs, priming, synth_task):
     want = learner_schedule(classes=2, steps_per_epoch=6, total_steps=6 * epochs)
     assert report["learner"]["schedule"] == want.to_dict()
     assert report["learner"]["priming_steps"] == priming
-    probe = want.probe_steps if learner.probe_epochs is None else learner.probe_steps_for(6)
+    probe = learner.probe_steps_for(6, want)
     assert [p["first_step"] for p in report["phases"]] == ([0] if probe else []) + [probe, probe + priming]
     assert report["lr"]["priming"] == want.priming_lr and report["learner"]["bitfit"] == want.bitfit

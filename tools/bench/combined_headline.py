@@ -89,6 +89,17 @@ def exits_bundle(run: Path) -> Path:
     fail(f"no bundle with early exits under {run} (did the plan offer exits? compress --dynamic auto)")
 
 
+def tuning_split(manifest: dict, task_name: str, data_dir):
+    """The task and the rows ``compress`` tuned on (train minus the validation rows it held out, seeded as its
+    fine-tuning was), for the bundle whose ``manifest`` is given."""
+    from edgenlp.compress.measured import validation_rows
+    from edgenlp.data.tasks import load_task
+
+    task = load_task(task_name, data_dir=data_dir)
+    seed = next((s["config"]["seed"] for s in manifest["applied"] if s["step"] == "finetune"), 0)
+    return task, task.hold_out(validation_rows(len(task.train)), seed=seed)[0]
+
+
 def add_exits(run: Path, task_name: str, data_dir) -> Path:
     """Exits on the pruning ``compress`` chose (``run/export``'s candidate), as its prune-exits stage builds them for a
     candidate with exits: the exits stage's config, trained and calibrated on the same tuning split. Writes
@@ -97,8 +108,6 @@ def add_exits(run: Path, task_name: str, data_dir) -> Path:
     import shutil
 
     from edgenlp.compress.build import exits_candidate
-    from edgenlp.compress.measured import validation_rows
-    from edgenlp.data.tasks import load_task
 
     chosen, exits_stage, prune_stage = run / "export", run / "exits" / "stage.json", run / "prune" / "stage.json"
     if not (chosen / "bundle" / "manifest.json").is_file() or not prune_stage.is_file() or not exits_stage.is_file():
@@ -110,15 +119,10 @@ def add_exits(run: Path, task_name: str, data_dir) -> Path:
            "exits": exits}
     record = run / "prune-exits-x" / "source.json"
     if not ((model_dir / "dynamic.json").is_file() and record.is_file() and json.loads(record.read_text()) == key):
-        manifest = json.loads((chosen / "bundle" / "manifest.json").read_text())
-        seed = next((s["config"]["seed"] for s in manifest["applied"] if s["step"] == "finetune"), 0)
-        task = load_task(task_name, data_dir=data_dir)
-        tuning, _ = task.hold_out(validation_rows(len(task.train)), seed=seed)
+        task, tuning = tuning_split(json.loads((chosen / "bundle" / "manifest.json").read_text()), task_name, data_dir)
         got = exits_candidate(str(model_from), str(model_dir), labels=task.labels, task=tuning, exits=exits)
         log.info("exits on %s: %s", model_from, got["exits"])
         record.write_text(json.dumps(key) + "\n")
-        for stale in [run.parent / "again", *run.parent.glob("fixed-*")]:  # lowered from the exits replaced here
-            shutil.rmtree(stale, ignore_errors=True)
     if out_stage.exists():
         shutil.rmtree(out_stage)
     shutil.copytree(chosen, out_stage)
@@ -142,9 +146,11 @@ def exported_again(bundle: Path, out: Path, task_name: str, data_dir, *, seq: in
     ``seq`` when given, else with the bundle's own export settings. Same model, same quantization candidate, same
     trimmed vocabulary (from the same tuning split ``compress`` held its validation rows out of).
 
-    The cache is keyed on the export stage it was made from (a rerun of compress makes it stale) and on the
-    quantization config this code builds for the candidate (a new field or default, e.g. int8 exit heads, too)."""
+    The cache is keyed on the export stage it was made from (a rerun of compress makes it stale), on the content of
+    the model it lowers (exits trained again, ``--add-exits``) and on the quantization config this code builds for the
+    candidate (a new field or default, e.g. int8 exit heads, too)."""
     from edgenlp.compress.build import quantize_config
+    from edgenlp.compress.pipeline import model_key
     from edgenlp.export.api import ExportConfig
 
     source = out.parent / "source.json"
@@ -152,7 +158,9 @@ def exported_again(bundle: Path, out: Path, task_name: str, data_dir, *, seq: in
     manifest = json.loads((bundle / "manifest.json").read_text())
     candidate = stage["inputs"]["candidate"]
     qcfg = quantize_config(candidate, num_layers=int(manifest["model"]["shape"]["num_layers"]))
-    key = {"bundle": str(bundle), "fingerprint": stage.get("fingerprint"), "quantize": qcfg.to_dict(), "seq": seq}
+    model_dir = exits_model(bundle)
+    key = {"bundle": str(bundle), "fingerprint": stage.get("fingerprint"), "model": model_key(str(model_dir)),
+           "quantize": qcfg.to_dict(), "seq": seq}
     if (out / "manifest.json").is_file() and source.is_file() and json.loads(source.read_text()) == key:
         return out
     if out.exists():
@@ -160,14 +168,9 @@ def exported_again(bundle: Path, out: Path, task_name: str, data_dir, *, seq: in
 
         shutil.rmtree(out)
     from edgenlp.compress.guard import quantize_bundle
-    from edgenlp.compress.measured import validation_rows
-    from edgenlp.data.tasks import load_task
     from edgenlp.models.registry import load_model
 
-    task = load_task(task_name, data_dir=data_dir)
-    seed = next((s["config"]["seed"] for s in manifest["applied"] if s["step"] == "finetune"), 0)
-    tuning, _ = task.hold_out(validation_rows(len(task.train)), seed=seed)
-    model_dir = exits_model(bundle)
+    _, tuning = tuning_split(manifest, task_name, data_dir)
     model, info = load_model(model_dir, labels=manifest["labels"])
     export = ExportConfig.from_dict(manifest["export"]["config"])
     if seq is not None:

@@ -68,7 +68,7 @@ def batch(synth_task):
 @pytest.mark.parametrize("case, config, expected", CASES, ids=IDS)
 def test_only_intended_parameters_get_gradients(case, config, expected, batch):
     model, _ = small_model()
-    method = METHOD_TYPES[config.method](model, config, total_steps=20, steps_per_epoch=10)
+    method = METHOD_TYPES[config.method](model, config, total_steps=30, steps_per_epoch=10)  # 15 steps per class: not short, no probe
     phases = method.phases()
     assert [p.name for p in phases] == [name for name, _ in expected]
     ids, mask, labels = batch
@@ -92,12 +92,14 @@ def test_only_intended_parameters_get_gradients(case, config, expected, batch):
 @pytest.mark.parametrize(
     "config, boundaries",
     [
-        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_steps=5)), [0, 5]),
-        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_epochs=0.5)), [0, 3]),
-        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_epochs=1.5)), [0, 9]),
+        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_steps=5, probe_epochs=0)), [0, 5]),
+        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_epochs=0.5, probe_epochs=0)), [0, 3]),
+        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_epochs=1.5, probe_epochs=0)), [0, 9]),
+        # 12 steps for 2 classes is short (learner_schedule): a probe of a tenth of an epoch comes first
+        (FinetuneConfig(method="learner", epochs=2, batch_size=32, learner=LearnerConfig(rank=2, priming_steps=5)), [0, 1, 6]),
         (FinetuneConfig(method="far", epochs=2, batch_size=32, max_steps=10, far=FarConfig(priming_fraction=0.3)), [0, 3]),
     ],
-    ids=["steps", "half-epoch", "fractional-epochs", "far-fraction"],
+    ids=["steps", "half-epoch", "fractional-epochs", "short-budget-probe", "far-fraction"],
 )
 def test_priming_switches_at_the_right_step(config, boundaries, synth_task):
     model, info = small_model()

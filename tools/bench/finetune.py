@@ -53,7 +53,7 @@ from tools.bench.harness import RESULTS, Results, interleave, median, run_rounds
 
 log = logging.getLogger("bench.finetune")
 
-# name -> (method, extra CLI args); the priming share is set per run from --priming-epochs.
+# name -> (method, extra CLI args); the priming share is set per run from --priming-epochs (unset: the library's).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
     "full": ("full", []),
     "learner": ("learner", ["--priming-epochs", "{priming}"]),
@@ -75,6 +75,9 @@ def setting_name(setting: tuple[str, str]) -> str:
 
 def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tuple[str, str] = (DEFAULT, DEFAULT)) -> dict:
     method, extra = VARIANTS[variant]
+    if args.priming_epochs is None:  # the library's schedule (learner_schedule) decides priming
+        fill = {i for i, a in enumerate(extra) if a == "{priming}"}
+        extra = [a for i, a in enumerate(extra) if i not in fill and i + 1 not in fill]
     extra = [a.format(priming=args.priming_epochs) for a in extra]
     lr, head = setting
     extra += ([] if lr == DEFAULT else ["--lr", f"body={lr}"]) + ([] if head == DEFAULT else ["--lr", f"head={head}"])
@@ -95,6 +98,8 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
            "--device", args.device, "--out", str(out), "--json-out", str(report), "--quiet"]
     if args.no_early_stop:
         cmd.append("--no-early-stop")
+    if args.max_steps:
+        cmd += ["--max-steps", str(args.max_steps)]
     if args.data_dir:
         cmd += ["--data-dir", args.data_dir]
     log.info("run: %s", " ".join(cmd[3:]))
@@ -399,13 +404,16 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         "# Fine-tuning methods on MiniLM-L6",
         "",
         ("Epochs from the training-set size (the library default)" if meta["epochs"] == "auto" else f"{meta['epochs']} epoch(s)")
+        + (f", at most {meta['max_steps']} optimizer steps" if meta.get("max_steps") else "")
         + f" for every method (priming included), batch {meta['batch_size']}, max_seq_len "
         f"{meta['max_seq_len']}, {meta['threads']} threads" + (f" x {meta['jobs']} runs at once" if meta.get('jobs', 1) > 1 else "") + f", device {meta['device']}; rows used (a train subset is seeded, dev is always whole): "
         + "; ".join(f"{t} {v}" for t, v in sorted(meta.get("rows", {}).items()))
         + "".join(f"; {t} is the folder {d}" for t, d in sorted(meta.get("task_dirs", {}).items()))
         + ". Learning rates are the library defaults "
         "(body 5e-5 for full/FAR/freeze-FFN, 1e-3 for Learner/BitFit; head = classifier + pooler at 2e-3; Learner "
-        f"priming {meta['priming_epochs']} epoch at 5e-5) unless the setting says otherwise. Accuracy is mean ± sample std over "
+        + (f"priming {meta['priming_epochs']} epoch at 5e-5" if meta["priming_epochs"] != "schedule" else
+           "priming, probe and head rate from the library's schedule, learner_schedule")
+        + ") unless the setting says otherwise. Accuracy is mean ± sample std over "
         "the seeds listed. Trainable = parameters trained in the steady phase (after priming); peak = most trained at once "
         "in any phase. s/epoch counts training steps only (no eval).",
         "",
@@ -542,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task-dir", action="append", default=[], metavar="NAME=DIR",
                    help="A user task folder (train.tsv, dev.tsv) known as NAME in --tasks and the tables.")
     p.add_argument("--no-early-stop", action="store_true", help="Pass --no-early-stop to every run.")
-    p.add_argument("--priming-epochs", type=float, default=0.25)
+    p.add_argument("--priming-epochs", type=float, default=None,
+                   help="The Learner's priming length for every Learner run (default: the library's schedule).")
+    p.add_argument("--max-steps", type=int, default=None, help="Pass --max-steps to every run (an equal-budget comparison).")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-seq-len", type=int, default=64)
     p.add_argument("--threads", type=int, default=2)
@@ -598,7 +608,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.report_only and not args.workdir:
         return rebuild(args, results)
-    meta = {"model": args.model, "epochs": args.epochs, "priming_epochs": args.priming_epochs, "batch_size": args.batch_size,
+    if args.report_only and not any(Path(args.workdir).glob("*.json")):
+        log.error("--report-only: no run reports in %s; %s is left as it is", args.workdir, args.out)
+        return 2
+    meta = {"model": args.model, "epochs": args.epochs, "max_steps": args.max_steps,
+            "priming_epochs": "schedule" if args.priming_epochs is None else args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.workers, "seeds": args.seeds, "note": args.note,
             "device": args.device, "task_dirs": args.task_dirs, "train_limit": args.train_limit, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},

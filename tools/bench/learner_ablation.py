@@ -220,37 +220,46 @@ def verdict_lines(rows: list[dict]) -> tuple[list[str], dict]:
     return out, facts
 
 
-# task -> (results file, the (variant, setting) runs to draw): the defaults, and full fine-tuning's tuned rates
+# task -> [(results file, the (variant, setting) runs to draw from it, a label suffix)]: the defaults, and full
+# fine-tuning's tuned rates. Learner runs under the schedule sit in their own files beside the older ones.
+D, TUNED = "lr=default,head=default", "lr=0.00016,head=0.0064"
 CURVES = {
-    "banking77, 3 epochs": ("finetune-3epochs", {("full", "lr=default,head=default"), ("full", "lr=0.00016,head=0.0064"),
-                                                 ("learner", "lr=default,head=default"), ("far", "lr=default,head=default")}),
-    "154 classes, 4,000 rows, 5 epochs": ("finetune-154-classes", {("full", "lr=default,head=default"),
-                                                                  ("learner", "lr=default,head=default"),
-                                                                  ("far", "lr=default,head=default")}),
+    "banking77, 3 epochs": [("finetune-3epochs", {("full", D), ("full", TUNED), ("far", D)}, ""),
+                            ("finetune-3epochs", {("learner", D)}, ", before the schedule"),
+                            ("finetune-3epochs-schedule12", {("learner", D)}, "")],
+    "154 classes, 4,000 rows, 5 epochs": [("finetune-154-classes", {("full", D), ("far", D)}, ""),
+                                          ("finetune-154-classes", {("learner", D)}, ", before the schedule"),
+                                          ("finetune-154-classes-5epochs", {("learner", D)}, "")],
+    "154 classes, 4,000 rows, 2 epochs": [("finetune-154-classes-2epochs", {("full", D), ("full", TUNED), ("learner", D)}, "")],
+    "SST-2, 8,000 rows: full 1 epoch, Learner 290 steps (equal time)": [
+        ("finetune", {("full", D), ("full", TUNED)}, ""), ("finetune-sst2-equal-time", {("learner", D)}, "")],
 }
 
 
 def curve_data() -> dict | None:
     """Per task: dev accuracy after each epoch against steps and training seconds, seed 0, for full, FAR and Learner."""
     out = {}
-    for task, (name, wanted) in CURVES.items():
-        src = RESULTS / f"{name}.json"
-        if not src.exists():
-            continue
+    for task, sources in CURVES.items():
         series: dict[str, dict[str, list]] = {}
-        for run in json.loads(src.read_text()).get("runs", []):
-            b = run.get("bench", {})
-            if (b.get("variant"), b.get("setting")) not in wanted or b.get("seed") != 0:
+        names = []
+        for name, wanted, suffix in sources:
+            src = RESULTS / f"{name}.json"
+            if not src.exists():
                 continue
-            wall, t = [], 0.0
-            for e in run["epochs"]:
-                t += e["wall_s"]
-                wall.append(round(t, 1))
-            label = b["variant"] + ("" if b["setting"] == "lr=default,head=default" else f" ({b['setting']})")
-            series[label] = {"steps": [e["steps"] for e in run["epochs"]], "train_s": wall,
-                             "dev": [round(100 * e["dev"]["accuracy"], 2) for e in run["epochs"]]}
+            names.append(f"tools/bench/results/{name}.json")
+            for run in json.loads(src.read_text()).get("runs", []):
+                b = run.get("bench", {})
+                if (b.get("variant"), b.get("setting")) not in wanted or b.get("seed") != 0:
+                    continue
+                wall, t = [], 0.0
+                for e in run["epochs"]:
+                    t += e["wall_s"]
+                    wall.append(round(t, 1))
+                label = b["variant"] + ("" if b["setting"] == D else f" ({b['setting']})") + suffix
+                series[label] = {"steps": [e["steps"] for e in run["epochs"]], "train_s": wall,
+                                 "dev": [round(100 * e["dev"]["accuracy"], 2) for e in run["epochs"]]}
         if series:
-            out[task] = {"source": f"tools/bench/results/{name}.json", "series": series}
+            out[task] = {"source": ", ".join(dict.fromkeys(names)), "series": series}
     return {"tasks": out, "source": ", ".join(v["source"] for v in out.values())} if out else None
 
 

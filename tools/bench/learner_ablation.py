@@ -277,7 +277,7 @@ def plot_curves(curves: dict):
         fig, axes = plt.subplots(len(tasks), 2, figsize=(11, 3.6 * len(tasks)), squeeze=False)
         for row, (task, t) in zip(axes, tasks.items()):
             for key, s in sorted(t["series"].items()):
-                style = {"color": COLORS.get(key.split()[0], "gray"), "ls": "-" if key in COLORS else "--", "marker": "o"}
+                style = {"color": COLORS.get(key.split()[0].rstrip(","), "gray"), "ls": "-" if key in COLORS else "--", "marker": "o"}
                 row[0].plot(s["steps"], s["dev"], label=key, **style)
                 row[1].plot(s["train_s"], s["dev"], label=key, **style)
             row[0].set_xlabel("optimizer steps")
@@ -315,6 +315,8 @@ def main(argv=None) -> int:
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--note", default=None, help="A sentence for the report (e.g. the load average seen during the runs).")
     p.add_argument("--curves", action="store_true", help="Also plot the per-epoch learning curves of finetune-3epochs.json.")
+    p.add_argument("--curves-only", default=None, metavar="STEM",
+                   help="Only draw the learning curves (CURVES) from the results files into STEM.{json,md,png}.")
     p.add_argument("--out", default=str(RESULTS / "learner-ablation"))
     p.add_argument("--run", default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -324,6 +326,20 @@ def main(argv=None) -> int:
     if args.run:
         data = run_in_process(args.run, args.seed, args)
         Path(args.out_run).write_text(json.dumps(data))
+        return 0
+    if args.curves_only:
+        cur = curve_data()
+        if not cur:
+            log.error("none of the results files the curves draw from exists")
+            return 2
+        md = ["# Learning curves: dev accuracy after each epoch, seed 0 (tools/bench/learner_ablation.py --curves-only)", ""]
+        for task, t in cur["tasks"].items():
+            md.append(f"## {task}\n\nFrom {t['source']}.\n\n| run | steps | dev acc (%) |\n|---|---|---|")
+            md += [f"| {k} | {' / '.join(map(str, v['steps']))} | {' / '.join(f'{a:.1f}' for a in v['dev'])} |"
+                   for k, v in sorted(t["series"].items())]
+            md.append("")
+        Results(script="learner_ablation", threads=args.threads).write(Path(args.curves_only), {"curves": cur}, "\n".join(md),
+                                                                      plot=plot_curves(cur))
         return 0
     if not args.workdir:
         p.error("--workdir is required")

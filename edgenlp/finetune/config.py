@@ -157,6 +157,25 @@ SHORT_HEAD_LR = 6.4e-3
 SHORT_PROBE_EPOCHS = 0.1
 
 
+def short_budget(*, classes: int, total_steps: int) -> bool:
+    """A budget short for the classes: fewer than :data:`SHORT_STEPS_PER_CLASS` optimizer steps per class.
+
+    >>> short_budget(classes=77, total_steps=846), short_budget(classes=77, total_steps=1128)
+    (True, False)
+    """
+    check_int("classes", classes, minimum=1)
+    check_int("total_steps", total_steps, minimum=1)
+    return total_steps < SHORT_STEPS_PER_CLASS * classes
+
+
+def default_head_lr(*, classes: int, total_steps: int) -> float:
+    """The head's rate when ``head_lr`` is unset, for every method: :data:`SHORT_HEAD_LR` on a budget short for the
+    classes (:func:`short_budget`), else :data:`DEFAULT_HEAD_LR`. Full fine-tuning on the 154-class task at 2 epochs
+    (1.6 steps per class): 63.3% on dev with the head at 2e-3, 85.7% at 6.4e-3 (tools/bench/results/
+    finetune-154-classes-2epochs.md)."""
+    return SHORT_HEAD_LR if short_budget(classes=classes, total_steps=total_steps) else DEFAULT_HEAD_LR
+
+
 @dataclass(frozen=True)
 class LearnerSchedule:
     """The Learner settings a task gets when LearnerConfig leaves them unset (see :func:`learner_schedule`)."""
@@ -190,10 +209,8 @@ def learner_schedule(*, classes: int, steps_per_epoch: int, total_steps: int) ->
     >>> learner_schedule(classes=77, steps_per_epoch=282, total_steps=282).priming_steps
     94
     """
-    check_int("classes", classes, minimum=1)
     check_int("steps_per_epoch", steps_per_epoch, minimum=1)
-    check_int("total_steps", total_steps, minimum=1)
-    short = total_steps < SHORT_STEPS_PER_CLASS * classes
+    short = short_budget(classes=classes, total_steps=total_steps)
     probe = int(round(SHORT_PROBE_EPOCHS * min(steps_per_epoch, total_steps))) if short else 0
     priming = min(int(PRIMING_SHARE * total_steps), int(round(PRIMING_MAX_EPOCHS * steps_per_epoch)),
                   total_steps - 1 - probe)
@@ -254,7 +271,8 @@ class FinetuneConfig(Config):
     batch_size: int = knob(32, help="Training batch size.")
     lr: float | None = knob(None, help=f"Body learning rate (default per method: {rates_by_method(DEFAULT_LR)}).")
     head_lr: float | None = knob(None, help=f"Learning rate of the task head, classifier and pooler "
-                                            f"(default: {DEFAULT_HEAD_LR:g}).")
+                                            f"(default: {DEFAULT_HEAD_LR:g}; {SHORT_HEAD_LR:g} below "
+                                            f"{SHORT_STEPS_PER_CLASS} optimizer steps per class).")
     early_stop: bool = knob(True, help="Evaluate on dev after every epoch and return the best epoch's weights "
                                        "(otherwise the last epoch's, every epoch run).")
     patience: int = knob(2, help="Early stopping: epochs without a better dev score before training stops.")
@@ -304,6 +322,8 @@ class FinetuneConfig(Config):
 
     @property
     def resolved_head_lr(self) -> float:
+        """The head's rate on a budget that is not short for the classes (a short one trains it at SHORT_HEAD_LR,
+        :func:`default_head_lr`; the run's report records the rates it used)."""
         return self.head_lr if self.head_lr is not None else DEFAULT_HEAD_LR
 
     def epochs_for(self, train_rows: int) -> int:

@@ -20,7 +20,7 @@ from torch import nn
 from edgenlp.errors import EdgeNLPError
 from edgenlp.finetune import far as far_mod
 from edgenlp.finetune import learner as learner_mod
-from edgenlp.finetune.config import ATTENTION_LINEARS, FinetuneConfig, learner_schedule
+from edgenlp.finetune.config import ATTENTION_LINEARS, FinetuneConfig, default_head_lr, learner_schedule
 from edgenlp.finetune.rank import choose_ranks, svd_factors
 from edgenlp.models.encoder import EncoderClassifier
 
@@ -99,7 +99,9 @@ class Method:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self.lr = config.resolved_lr
-        self.head_lr = config.resolved_head_lr
+        # the head's rate follows the task's budget unless set (default_head_lr)
+        self.head_lr = config.head_lr if config.head_lr is not None else \
+            default_head_lr(classes=len(model.labels), total_steps=total_steps)
 
     def trainable(self) -> list[nn.Parameter]:
         raise NotImplementedError
@@ -170,8 +172,6 @@ class LearnerMethod(Method):
         self.bitfit = self.lcfg.bitfit if self.lcfg.bitfit is not None else self.schedule.bitfit
         self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch, self.schedule)
         self.priming_steps = self.lcfg.priming_steps_for(steps_per_epoch, self.schedule)
-        if config.head_lr is None and self.schedule.head_lr is not None:
-            self.head_lr = self.schedule.head_lr  # a budget short for the classes (learner_schedule)
         if self.lcfg.rank == "auto" and self.priming_steps == 0 and total_steps > 1:
             self.priming_steps = 1  # rank auto measures the weight change while priming
         if self.probe_steps + self.priming_steps >= total_steps:

@@ -17,8 +17,8 @@ from edgenlp_testing import write_task_dir
 
 from edgenlp.finetune import FinetuneConfig, finetune
 from edgenlp.finetune import trainer as trainer_mod
-from edgenlp.finetune.config import (AUTO_MAX_EPOCHS, DEFAULT_HEAD_LR, DEFAULT_LR, METHODS, LearnerConfig,
-                                     learner_schedule)
+from edgenlp.finetune.config import (AUTO_MAX_EPOCHS, DEFAULT_HEAD_LR, DEFAULT_LR, METHODS, SHORT_HEAD_LR,
+                                     SHORT_STEPS_PER_CLASS, LearnerConfig, short_budget)
 from edgenlp.finetune.methods import METHOD_TYPES, head_parameters
 
 # One single-wordpiece keyword per class.
@@ -96,10 +96,18 @@ def test_defaults_reach_95_percent_train_accuracy_for_every_method(method, many_
     acc = result.report["dev"]["accuracy"]  # dev is the training set
     assert result.report["steps_planned"] == AUTO_MAX_EPOCHS * 6
     assert acc >= 0.95, f"{method}: train accuracy {acc:.3f} after {result.report['steps']} steps with the defaults"
-    head = DEFAULT_HEAD_LR
-    if method == "learner":  # the Learner's head rate follows the task: 60 steps for 24 classes is a short budget
-        head = learner_schedule(classes=len(many_class_task.labels), steps_per_epoch=6, total_steps=60).head_lr or head
-    assert result.report["lr"]["head"] == head and result.report["lr"]["body"] == DEFAULT_LR[method]
+    # every method's head rate follows the task: 60 steps for 24 classes is a short budget
+    assert short_budget(classes=len(many_class_task.labels), total_steps=60)
+    assert result.report["lr"]["head"] == SHORT_HEAD_LR and result.report["lr"]["body"] == DEFAULT_LR[method]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_methods_head_rate_follows_the_budget_unless_set(method):
+    line = SHORT_STEPS_PER_CLASS * 5
+    for total, head_lr, want in ((line - 1, None, SHORT_HEAD_LR), (line, None, DEFAULT_HEAD_LR), (line - 1, 7e-3, 7e-3)):
+        model, _ = small_model(labels=tuple(f"c{i}" for i in range(5)))
+        cfg = FinetuneConfig(method=method, head_lr=head_lr)
+        assert METHOD_TYPES[method](model, cfg, total_steps=total, steps_per_epoch=10).head_lr == want, (total, head_lr)
 
 
 def test_head_at_the_body_rate_does_not_converge_in_the_same_steps(many_class_task, pretrained_body):

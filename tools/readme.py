@@ -1445,6 +1445,86 @@ def finetune_3epochs(r: Results) -> str:
     return "\n\n".join([head, tab, items])
 
 
+# The Learner under its schedule (learner_schedule) against full fine-tuning, per task and budget:
+# (label, classes, results with the schedule's Learner, task there, results with full, task there, Learner before the
+# schedule (results, task) or None, the gap the issue allows, the full row's description)
+SCHEDULE_ROWS = (
+    ("banking77, 3 epochs (its default)", 77, "finetune-3epochs-schedule12", "banking77", "finetune-3epochs", "banking77",
+     ("finetune-3epochs", "banking77"), 1.0, "tuned"),
+    ("154 classes, 4,000 rows, 5 epochs", 154, "finetune-154-classes-5epochs", "banking154", "finetune-154-classes",
+     "banking154", ("finetune-154-classes", "banking154"), 2.0, "defaults"),
+    ("154 classes, 4,000 rows, 2 epochs", 154, "finetune-154-classes-2epochs", "banking154", "finetune-154-classes-2epochs",
+     "banking154", None, 2.0, "defaults"),
+)
+SST2_EQUAL_TIME = "finetune-sst2-equal-time"
+
+
+@section("finetune-schedule")
+def finetune_schedule(r: Results) -> str:
+    rows, facts, hosts = [], [], {}
+    for label, classes, lname, ltask, fname, ftask, before, bound, fdesc in SCHEDULE_ROWS:
+        if not (r.has(lname) and r.has(fname)):
+            continue
+        lrn = _chosen(r(lname), ltask, "learner")
+        full = _chosen(r(fname), ftask, "full")
+        run = next(x for x in r(lname)["runs"] if x["method"] == "learner")
+        old = _chosen(r(before[0]), before[1], "learner") if before else None
+        gap = full["accuracy"] - lrn["accuracy"]
+        rows.append([label, f"{run['steps'] / classes:.1f}", f"{_mean_std(full)} ({fdesc})",
+                     _mean_std(old) if old else "–", f"**{_mean_std(lrn)}**", pts(-gap),
+                     f"≤ {bound:g}: {'met' if gap <= bound else 'MISSED'}"])
+        facts.append({"task": label, "gap": gap, "bound": bound, "met": gap <= bound})
+        hosts.setdefault(f"{cpu_of(r(lname)['meta'])}, ISA flags {r(lname)['meta']['isa']}", []).append(label)
+    if r.has(SST2_EQUAL_TIME):
+        d = r(SST2_EQUAL_TIME)
+        lrn, full = _chosen(d, "sst2", "learner"), _chosen(d, "sst2", "full")
+        old = _chosen(r("finetune"), "sst2", "learner")
+        gap = full["accuracy"] - lrn["accuracy"]
+        rows.append([f"SST-2, 8,000 rows: full 1 epoch, the Learner {d['meta']['max_steps']} steps (equal time)", "–",
+                     f"{_mean_std(full)} (tuned)", f"{_mean_std(old)} (250 steps)", f"**{_mean_std(lrn)}**", pts(-gap),
+                     f"≥ full: {'met' if gap <= 0 else 'MISSED'}"])
+        hosts.setdefault(f"{cpu_of(d['meta'])}, ISA flags {d['meta']['isa']}", []).append("SST-2")
+    if not rows:
+        raise MissingResults("no results with the Learner's schedule")
+    tab = table(["task, budget", "steps per class", "full fine-tuning", "Learner before the schedule",
+                 "Learner, schedule", "Learner − full", "target"], ["l", "r", "r", "r", "r", "r", "l"], rows)
+    where = "; ".join(f"{', '.join(v)} on an {k}" for k, v in hosts.items())
+    return "\n\n".join([paragraph(f"""
+        Dev accuracy, mean ± std over seeds 0, 1, 2 unless marked, 1 thread per run, batch 32, length 64; the Learner at the
+        library's defaults, so its schedule decides priming, probe and head rate. Full fine-tuning's rows come from the
+        files above (tuned: its rates chosen by the sweep there). Learner runs: {where}."""), tab])
+
+
+HF_REFERENCE = "hf-reference-154-classes-2epochs"
+
+
+@section("finetune-hf-reference")
+def finetune_hf_reference(r: Results) -> str:
+    """edgenlp's full fine-tuning against transformers' BertForSequenceClassification (tools/bench/hf_reference.py)."""
+    d = r(HF_REFERENCE)
+    m = d["meta"]
+
+    def cell(runs, key):
+        xs = [100 * x[key] for x in runs]
+        return f"{statistics.mean(xs):.2f} ± {statistics.stdev(xs):.2f}" if len(xs) > 1 else f"{xs[0]:.1f} (1 seed)"
+
+    rows = []
+    for name, runs in (("Hugging Face `BertForSequenceClassification`", d["reference"]),
+                       ("`edgenlp finetune --method full`", d["edgenlp"]["runs"])):
+        s0 = next(x for x in runs if x["seed"] == 0)
+        rows.append([name, ",".join(str(x["seed"]) for x in runs), " / ".join(f"{100 * a:.1f}" for a in s0["dev_per_epoch"]),
+                     cell(runs, "last")])
+    tab = table(["implementation", "seeds", "dev by epoch (seed 0)", "dev, last epoch"], ["l", "l", "l", "r"], rows)
+    seeds = ", ".join(map(str, d["gap_seeds"]))
+    return "\n\n".join([paragraph(f"""
+        {m['task']} ({m['classes']} classes), the same {thousands(m['rows'])} training rows, {m['epochs']} epochs, batch
+        {m['batch_size']}, length {m['max_len']}, body {m['lr']:g}, classifier and pooler {m['head_lr']:g} (edgenlp's defaults),
+        6% warm-up and linear decay, 1 thread. The reference loads the same checkpoint with `transformers` and trains in a
+        plain loop (`tools/bench/hf_reference.py`); edgenlp's runs are `{d['edgenlp']['source']}`'s."""), tab,
+        paragraph(f"""edgenlp − reference over seed(s) {seeds}: {pts(d['gap_last'])} points at the last epoch.
+        {host(d)}""")])
+
+
 def _isa_text(flags) -> str:
     return " ".join(flags) if isinstance(flags, (list, tuple)) else (flags or "not recorded")
 
@@ -1522,6 +1602,7 @@ def quick_preset(r: Results) -> str:
 
 
 # the ablation at 94 steps (3,000 rows), then on every training row but validation at 1 and 3 epochs
+LEARNER_CURVES = "learner-curves"  # learner_ablation.py --curves-only
 LEARNER_ABLATIONS = ("learner-ablation", "learner-ablation-1epoch-all-rows", "learner-ablation-3epochs-all-rows")
 
 
@@ -1530,11 +1611,14 @@ def finetune_learner_ablation(r: Results) -> str:
     d = r("learner-ablation")
     parts = [_learner_ablation(d, "learner-ablation")]
     parts += [_learner_ablation(r(name), name) for name in LEARNER_ABLATIONS[1:] if r.has(name)]
-    if d.get("curves"):
+    curves, png = (r(LEARNER_CURVES)["curves"], f"{LEARNER_CURVES}.png") if r.has(LEARNER_CURVES) else \
+        (d.get("curves"), "learner-ablation.png")
+    if curves:
         parts.append(paragraph(f"""
             Learning curves, one row per task (dev accuracy after each epoch against steps and against training seconds, seed
-            0, full fine-tuning, FAR and the Learner at the defaults), drawn from
-            {', '.join(f"`{t['source']}`" for t in d['curves']['tasks'].values())}: `tools/bench/results/learner-ablation.png`."""))
+            0, full fine-tuning, FAR and the Learner at the defaults, under its schedule and before it), drawn from
+            {', '.join(f"`{t['source']}`" for t in curves['tasks'].values())}: `tools/bench/results/{png}`."""))
+        parts.append(f"![dev accuracy against steps and training seconds, per task](tools/bench/results/{png})")
     if r.has(LIBRARY_STEPS):
         parts.append(_library_steps(r(LIBRARY_STEPS)))
     return "\n\n".join(parts)

@@ -1462,9 +1462,8 @@ SST2_EQUAL_TIME = "finetune-sst2-equal-time"
 def _full_setting(doc: dict, task: str) -> str:
     """How full fine-tuning's row was set: its defaults, or tuned over the settings the file swept."""
     row, n = _chosen(doc, task, "full"), len(_rows(doc, task, "full"))
-    rates = "" if row["setting"] == "lr=default,head=default" else \
-        f": body {lr(row['lr']['body'])}, head {lr(row['lr']['head'])}"
-    return f"tuned over {n} settings{rates}" if n > 1 else "defaults"
+    rates = f"body {lr(row['lr']['body'])}, head {lr(row['lr']['head'])}"
+    return f"tuned over {n} settings: {rates}" if n > 1 else rates
 
 
 @section("finetune-schedule")

@@ -171,8 +171,8 @@ def short_budget(*, classes: int, total_steps: int) -> bool:
 def default_head_lr(*, classes: int, total_steps: int) -> float:
     """The head's rate when ``head_lr`` is unset, for every method: :data:`SHORT_HEAD_LR` on a budget short for the
     classes (:func:`short_budget`), else :data:`DEFAULT_HEAD_LR`. Full fine-tuning on the 154-class task at 2 epochs
-    (1.6 steps per class): 63.3 +/- 1.8% on dev with the head at 2e-3 (3 seeds), 85.7% at 6.4e-3 (seed 0)
-    (tools/bench/results/finetune-154-classes-2epochs.md)."""
+    (1.6 steps per class): 63.3 +/- 1.8% on dev with the head at 2e-3 (3 seeds, finetune-154-classes-2epochs-defaults.md),
+    85.7% at 6.4e-3 (seed 0, finetune-154-classes-2epochs.md; both in tools/bench/results/)."""
     return SHORT_HEAD_LR if short_budget(classes=classes, total_steps=total_steps) else DEFAULT_HEAD_LR
 
 

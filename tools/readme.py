@@ -1451,7 +1451,7 @@ def finetune_3epochs(r: Results) -> str:
 SCHEDULE_ROWS = (
     ("banking77, 3 epochs (its default)", 77, "finetune-3epochs-schedule12", "banking77", "finetune-3epochs", "banking77",
      ("finetune-3epochs", "banking77"), 1.0),
-    ("154 classes, 4,000 rows, 5 epochs", 154, "finetune-154-classes-5epochs", "banking154", "finetune-154-classes",
+    ("154 classes, 4,000 rows, 5 epochs", 154, "finetune-154-classes-5epochs", "banking154", "finetune-154-classes-5epochs",
      "banking154", ("finetune-154-classes", "banking154"), 2.0),
     ("154 classes, 4,000 rows, 2 epochs", 154, "finetune-154-classes-2epochs", "banking154", "finetune-154-classes-2epochs",
      "banking154", None, 2.0),

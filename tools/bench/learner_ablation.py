@@ -229,7 +229,7 @@ CURVES = {
                             ("finetune-3epochs-schedule12", {("learner", D)}, "")],
     "154 classes, 4,000 rows, 5 epochs": [("finetune-154-classes", {("full", D), ("far", D)}, ""),
                                           ("finetune-154-classes", {("learner", D)}, ", before the schedule"),
-                                          ("finetune-154-classes-5epochs", {("learner", D)}, "")],
+                                          ("finetune-154-classes-5epochs", {("learner", D), ("full", TUNED)}, "")],
     "154 classes, 4,000 rows, 2 epochs": [("finetune-154-classes-2epochs", {("full", D), ("full", TUNED), ("learner", D)}, "")],
     "SST-2, 8,000 rows: full 1 epoch, Learner 290 steps (equal time)": [
         ("finetune", {("full", D), ("full", TUNED)}, ""), ("finetune-sst2-equal-time", {("learner", D)}, "")],
@@ -281,7 +281,7 @@ def plot_curves(curves: dict):
                 row[0].plot(s["steps"], s["dev"], label=key, **style)
                 row[1].plot(s["train_s"], s["dev"], label=key, **style)
             row[0].set_xlabel("optimizer steps")
-            row[1].set_xlabel("training seconds (1 thread; shared host, not a clean timing)")
+            row[1].set_xlabel("training seconds (1 thread; shared hosts, files from different hosts: not clean timings)")
             for ax in row:
                 ax.set_ylabel("dev accuracy (%)")
                 ax.set_title(f"{task}, seed 0", fontsize=9)

@@ -1440,7 +1440,10 @@ def finetune_3epochs(r: Results) -> str:
         + f" Its rates were swept too (seed 0: {' / '.join(f'{lsw[s]:.1f}' for s in sorted(lsw))} at"
         f" {' / '.join(f'{s:g}×' for s in sorted(lsw))}), so"
         f" {'the defaults are its optimum' if lrn['setting'] == 'lr=default,head=default' else 'its optimum is not the default'}"
-        " and the gap is not an untuned Learner.",
+        " and the gap is not an untuned Learner."
+        + (f" These Learner rows predate its schedule. Under it, banking77 at 3 epochs reaches"
+           f" {_mean_std(_chosen(r(SCHEDULE_ROWS[0][2]), 'banking77', 'learner'))}% (\"The Learner schedule\" below)."
+           if r.has(SCHEDULE_ROWS[0][2]) else ""),
     ])
     return "\n\n".join([head, tab, items])
 

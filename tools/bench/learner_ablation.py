@@ -97,7 +97,7 @@ def run_in_process(name: str, seed: int, args) -> dict:
     held = set(zip(val.texts, val.labels))
     keep = [i for i, row in enumerate(zip(task.train.texts, task.train.labels)) if row not in held]
     fit = Split(tuple(task.train.texts[i] for i in keep), tuple(task.train.labels[i] for i in keep), task.train.path)
-    fit = fit.sample(args.fit_rows or None, seed=args.split_seed)  # a shorter budget: fewer rows, the same 77 classes
+    fit = fit.sample(args.fit_rows or None, seed=args.split_seed)  # a shorter budget: fewer rows, the same classes
     tuned = TaskData(task.name, task.labels, fit, val, task.primary_metric)
     desc, ft, lc = variant(name)
     fields = {"method": "learner", **ft}
@@ -345,14 +345,17 @@ def main(argv=None) -> int:
         p.error("--workdir is required")
     for v in args.variants:
         variant(v)  # unknown names fail before anything runs
+    from edgenlp.data.tasks import load_task
+
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     results = Results(script="learner_ablation", threads=args.threads)
     lock = threading.Lock()
-    runs = [json.loads(f.read_text()) for f in sorted(workdir.glob("*.json"))]
+    runs = [d for d in (json.loads(f.read_text()) for f in sorted(workdir.glob("*.json")))
+            if "variant" in d]  # per-run reports only (an --out inside the workdir is not a run)
     meta = {"task": args.task, "model": args.model, "epochs": args.epochs, "max_seq_len": args.max_seq_len,
             "threads": args.threads, "jobs": args.jobs, "val_rows": args.val_rows, "fit_rows_asked": args.fit_rows, "split_seed": args.split_seed,
-            "classes": 77 if args.task == "banking77" else None, "note": args.note}
+            "classes": len(load_task(args.task, data_dir=args.data_dir).labels), "note": args.note}
 
     def write() -> None:
         rows = summarize(runs)

@@ -354,7 +354,7 @@ def finetune(
         "version": REPORT_VERSION,
         "method": config.method,
         "seed": config.seed,
-        "config": config.to_dict(),
+        "config": {**config.to_dict(), "resolved_head_lr": method.head_lr},  # the rate used: it follows the budget
         "model": info.to_dict(),
         "task": {**task.to_dict(), "train_rows_used": len(train), "primary_metric": task.primary_metric},
         "device": device,

@@ -99,6 +99,7 @@ def test_defaults_reach_95_percent_train_accuracy_for_every_method(method, many_
     # every method's head rate follows the task: 60 steps for 24 classes is a short budget
     assert short_budget(classes=len(many_class_task.labels), total_steps=60)
     assert result.report["lr"]["head"] == SHORT_HEAD_LR and result.report["lr"]["body"] == DEFAULT_LR[method]
+    assert result.report["config"]["resolved_head_lr"] == SHORT_HEAD_LR  # the report records the rate the run used
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from edgenlp.finetune.config import DEFAULT_HEAD_LR, DEFAULT_LR, FinetuneConfig  # noqa: E402
 from tools.bench.harness import Results  # noqa: E402
 
 log = logging.getLogger("bench.hf_reference")
@@ -113,9 +114,9 @@ def check_against(doc: dict, args) -> None:
         raise SystemExit(2)
 
 
-def edgenlp_side(path: Path, task_name: str) -> dict:
-    """edgenlp's full fine-tuning runs at the library's default rates from a finetune.py results file."""
-    doc = json.loads(path.read_text())
+def edgenlp_side(doc: dict, path: Path, task_name: str) -> dict:
+    """edgenlp's full fine-tuning runs at the library's default rates from a finetune.py results file (``doc``, read
+    from ``path``)."""
     runs = [r for r in doc["runs"] if r["method"] == "full" and r["bench"]["task"] == task_name
             and r["bench"]["setting"] == "lr=default,head=default"]
     return {"source": str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path),
@@ -158,8 +159,8 @@ def main(argv=None) -> int:
     p.add_argument("--train-limit", type=int, default=None)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--lr", type=float, default=5e-5)
-    p.add_argument("--head-lr", type=float, default=2e-3)
+    p.add_argument("--lr", type=float, default=DEFAULT_LR["full"])
+    p.add_argument("--head-lr", type=float, default=DEFAULT_HEAD_LR)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--max-len", type=int, default=64)
     p.add_argument("--against", required=True, help="A tools/bench/finetune.py results JSON with edgenlp's full runs.")
@@ -177,12 +178,14 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     task = load_task(args.task_dir)
     results = Results(script="hf_reference", threads=1)
+    ft = FinetuneConfig()  # edgenlp's schedule, which the reference copies
+    schedule = {"warmup_fraction": ft.warmup_fraction, "weight_decay": ft.weight_decay, "max_grad_norm": ft.max_grad_norm}
     meta = {"task": args.task_name, "classes": len(task.labels), "rows": len(task.train.sample(args.train_limit, seed=0)),
             "epochs": args.epochs, "batch_size": args.batch_size, "max_len": args.max_len, "lr": args.lr,
-            "head_lr": args.head_lr, "warmup_fraction": 0.06, "weight_decay": 0.01, "max_grad_norm": 1.0,
-            "seeds": args.seeds}
-    check_against(json.loads(Path(args.against).read_text()), args)
-    ours = edgenlp_side(Path(args.against), args.task_name)
+            "head_lr": args.head_lr, **schedule, "seeds": args.seeds}
+    against = json.loads(Path(args.against).read_text())
+    check_against(against, args)
+    ours = edgenlp_side(against, Path(args.against), args.task_name)
     doc = {"meta": meta, "reference": [], "edgenlp": ours, "gap_last": None, "gap_best": None}
     old = Path(args.out + ".json")
     if args.resume and old.is_file():
@@ -197,8 +200,7 @@ def main(argv=None) -> int:
             doc["reference"].append(train_reference(task, _minilm_dir(), seed=seed, epochs=args.epochs,
                                                     train_limit=args.train_limit,
                                                     lr=args.lr, head_lr=args.head_lr, batch_size=args.batch_size,
-                                                    max_len=args.max_len, warmup_fraction=0.06, weight_decay=0.01,
-                                                    max_grad_norm=1.0))
+                                                    max_len=args.max_len, **schedule))
         doc["reference"].sort(key=lambda r: r["seed"])
         both = {r["seed"] for r in ours["runs"]} & {r["seed"] for r in doc["reference"]}
         if both:  # over the seeds both sides ran

@@ -354,3 +354,20 @@ def test_local_ray_that_fails_to_start_is_one_error_line(monkeypatch):
     line = one_error_line(invoke_check(monkeypatch, "--ray", "auto"))
     assert line.startswith("error: could not start a local Ray instance") and "timed out during startup" in line
     assert {k: os.environ.get(k) for k in before} == before
+
+
+def test_a_closed_ray_executor_gives_the_process_its_signal_handlers_back():
+    """ray.init installs a SIGTERM handler and ray.shutdown leaves it: a board opened later (edgenlp.boards) would then
+    not unwind on SIGTERM, and the process would not end on it as before."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgenlp[ray]')")
+    code = ("import signal, sys; from edgenlp.executor import ExecutorConfig, open_executor\n"
+            "sigs = [s for s in signal.valid_signals() if s not in (signal.SIGKILL, signal.SIGSTOP)]\n"
+            "before = {s: signal.getsignal(s) for s in sigs}\n"
+            "ex = open_executor(ExecutorConfig(ray='auto', ray_cpus=1)); changed = signal.getsignal(signal.SIGTERM)\n"
+            "ex.close()\n"
+            "print(changed is not before[signal.SIGTERM], sorted(signal.Signals(s).name for s in sigs\n"
+            "                                                  if signal.getsignal(s) != before[s]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "True []"  # Ray did install one (else this proves nothing)

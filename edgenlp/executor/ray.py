@@ -8,10 +8,12 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Iterator, Mapping
 
@@ -49,6 +51,8 @@ def _is_loopback(host: str) -> bool:
 # Ray resolves "127.0.0.1" to the machine's routable address unless clusters are "disabled" for this platform,
 # which is what makes it use loopback (ray._private.services.get_node_ip_address).
 _RAY_LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+_WAIT_NOTE_S = 300.0  # a task still out after this long is named in the log
+_RAY_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _PROBE = ("import logging, sys, ray\n"
           "ray.init(address=sys.argv[1], configure_logging=False, logging_level=logging.ERROR, log_to_driver=False)\n"
           "ray.shutdown()\n")
@@ -124,6 +128,9 @@ class RayExecutor(Executor):
         self._saved_env: dict[str, str | None] = {}
         self._saved_flag = None
         self._temp_dir: str | None = None
+        # ray.init installs a SIGTERM handler of its own and ray.shutdown leaves it: close() puts these back
+        self._saved_signals = ({sig: signal.getsignal(sig) for sig in _RAY_SIGNALS}
+                               if threading.current_thread() is threading.main_thread() else {})
         self.address = self._connect()
         self._remote = self._ray.remote(_call)
 
@@ -214,6 +221,9 @@ class RayExecutor(Executor):
         if self._owned or self._connected:
             self._ray.shutdown()
             self._owned = self._connected = False
+            for sig, handler in self._saved_signals.items():
+                if handler is not None and signal.getsignal(sig) is not handler:
+                    signal.signal(sig, handler)
         if self._saved_flag is not None:
             self._ray._private.ray_constants.ENABLE_RAY_CLUSTER = self._saved_flag
             self._saved_flag = None
@@ -242,7 +252,12 @@ class RayExecutor(Executor):
         refs = {self._submit(t): i for i, t in enumerate(tasks)}
         try:
             while refs:
-                (ref,), _ = ray.wait(list(refs), num_returns=1)
+                ready, _ = ray.wait(list(refs), num_returns=1, timeout=_WAIT_NOTE_S)
+                if not ready:  # say what is still out, so a stalled cluster shows in the log
+                    log.info("still waiting on %d task(s) on Ray: %s", len(refs),
+                             ", ".join(tasks[i].key for i in sorted(refs.values())[:8]))
+                    continue
+                (ref,) = ready
                 i = refs.pop(ref)
                 key = tasks[i].key
                 try:

@@ -29,6 +29,7 @@ import contextlib
 import io
 import logging
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,7 @@ def _helper_env() -> dict:
 
 
 HELPER_IDLE_S = 300.0  # a helper nobody gave work for this long exits (its memory goes back)
+HELPER_ANSWER_S = 1800.0  # a helper that has not answered a job this long is stopped; this process lowers the job
 
 
 class _Helper:
@@ -217,7 +219,10 @@ class _Helper:
     helper lowers ``DIR/NAME.pt2`` into ``DIR/NAME.edge`` for each name and
     answers ``ok`` (or ``error MESSAGE``). It exits on end of input (this
     process is gone) or after :data:`HELPER_IDLE_S` without work. Its stderr
-    goes to a log file, so nothing it prints can block it.
+    goes to a log file, so nothing it prints can block it, and so does its
+    standard output (the answers have a descriptor of their own): a line a
+    library prints cannot pass for an answer. A helper that gives no answer
+    within :data:`HELPER_ANSWER_S`, or a line that is not one, is stopped.
     """
 
     def __init__(self) -> None:
@@ -234,14 +239,21 @@ class _Helper:
         self.proc.stdin.flush()
         self.busy = True
 
-    def result(self) -> str | None:
-        """``None`` when the job went well, else why it did not."""
+    def result(self, timeout_s: float = HELPER_ANSWER_S) -> str | None:
+        """``None`` when the job went well, else why it did not (a helper that did not answer is stopped)."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready:
+            self.proc.kill()  # busy stays set: never reused
+            self.proc.wait()
+            return f"no answer within {timeout_s:g} s"
         line = self.proc.stdout.readline().decode(errors="replace").strip()
         self.busy = False
         if line == "ok":
             return None
         if line.startswith("error "):
             return line[len("error "):]
+        if self.alive():  # not an answer of the protocol: the helper is not trusted with another job
+            self.proc.kill()
         self.proc.wait()
         self.log.seek(0)
         tail = self.log.read().decode(errors="replace").strip().splitlines()[-1:]
@@ -408,8 +420,6 @@ def lower_methods(programs: Mapping[str, object], *, processes: int | None = Non
 
 def _serve(idle_s: float) -> int:
     """Helper process: import what lowering needs, then lower the jobs read from stdin (see :class:`_Helper`)."""
-    import select
-
     import torch
     import torchao.quantization  # noqa: F401  (registers the torchao ops the programs call)
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner  # noqa: F401
@@ -419,6 +429,8 @@ def _serve(idle_s: float) -> int:
 
     register_ops()  # edgenlp::sparse_linear*, which programs of sparse models call
     torch.set_num_threads(1)
+    answers = os.fdopen(os.dup(1), "w")  # the protocol's own descriptor
+    os.dup2(2, 1)  # what anything else prints to standard output goes to the log
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], idle_s)
         if not ready:
@@ -434,8 +446,8 @@ def _serve(idle_s: float) -> int:
             answer = "ok"
         except Exception as exc:  # reported to the caller, which lowers these methods itself
             answer = "error " + " ".join(f"{type(exc).__name__}: {exc}".split())[:500]
-        sys.stdout.write(answer + "\n")
-        sys.stdout.flush()
+        answers.write(answer + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":

@@ -134,3 +134,49 @@ def test_export_config_validates_lower_processes():
     for bad in (0, -1, 1.5):
         with pytest.raises(ValueError, match="lower_processes"):
             ExportConfig(lower_processes=bad)
+
+
+def _fake_helper(code: str) -> lw._Helper:
+    """A _Helper around ``python -c code`` instead of the lowering service (the parent's side of the protocol)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    h = lw._Helper.__new__(lw._Helper)
+    h.log = tempfile.TemporaryFile()
+    h.proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=h.log)
+    h.busy = True
+    return h
+
+
+@pytest.mark.parametrize("code, why", [
+    ("import time; time.sleep(60)", "no answer within 2 s"),
+    # a line that is not an answer, from a helper that then goes on working: stopped, not waited for
+    ("import sys, time; print('a library speaking'); sys.stdout.flush(); time.sleep(60)", "exit status -9"),
+])
+def test_a_helper_that_does_not_answer_is_stopped_and_never_reused(code, why):
+    import time
+
+    h = _fake_helper(code)
+    start = time.monotonic()
+    assert h.result(timeout_s=2) == why
+    assert time.monotonic() - start < 30 and not h.alive()
+    lw._release_helpers([h])
+    assert h not in lw._IDLE
+
+
+def test_what_the_helper_prints_cannot_pass_for_an_answer(tmp_path):
+    """The service answers on a descriptor of its own: a library printing to standard output lands in the log."""
+    import subprocess
+    import sys
+
+    code = ("import torch, sys; from edgenlp.export import lowering as lw\n"
+            "def load(path):\n"
+            "    print('ok'); sys.stdout.flush(); raise FileNotFoundError(str(path))\n"
+            "torch.export.load = load\n"
+            "sys.exit(lw._serve(60))\n")
+    proc = subprocess.run([sys.executable, "-c", code], input=f"{tmp_path} m\n", capture_output=True, text=True,
+                          env=lw._helper_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"error FileNotFoundError: {tmp_path / 'm.pt2'}"]
+    assert "ok" in proc.stderr.splitlines()

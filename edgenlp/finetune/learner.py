@@ -116,19 +116,21 @@ def set_module(model: nn.Module, path: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, attr, module)
 
 
-def default_rank(hidden: int) -> int:
-    """``hidden // RANK_DIVISOR`` (64 for hidden 768, 32 for MiniLM's 384), at least 1."""
-    return max(1, hidden // RANK_DIVISOR)
+def default_rank(hidden: int, divisor: int = RANK_DIVISOR) -> int:
+    """``hidden // divisor`` (64 for hidden 768, 32 for MiniLM's 384 at the default divisor), at least 1.
+
+    The Learner schedule picks the divisor (``LearnerSchedule.rank_divisor``: 8 on a very short budget)."""
+    return max(1, hidden // divisor)
 
 
-def rank_for(path: str, config: LearnerConfig, hidden: int) -> int:
-    """The fixed rank ``config`` gives the module at ``path`` (first matching pattern wins)."""
+def rank_for(path: str, config: LearnerConfig, hidden: int, divisor: int = RANK_DIVISOR) -> int:
+    """The fixed rank ``config`` gives the module at ``path`` (first matching pattern wins; unset: ``hidden // divisor``)."""
     for pattern, r in config.ranks:
         if fnmatch.fnmatchcase(path, pattern):
             return r
     if isinstance(config.rank, int):
         return config.rank
-    return default_rank(hidden)
+    return default_rank(hidden, divisor)
 
 
 def learner_param_cost(module: nn.Linear, rank: int) -> int:

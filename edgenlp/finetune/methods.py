@@ -166,8 +166,8 @@ class LearnerMethod(Method):
         assert self.lcfg is not None
         self.paths = learner_mod.target_names(model, self.lcfg.targets)
         hidden = model.shape.hidden
-        self.fixed_ranks = {p: learner_mod.rank_for(p, self.lcfg, hidden) for p in self.paths}
         self.schedule = learner_schedule(classes=len(model.labels), steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+        self.fixed_ranks = {p: learner_mod.rank_for(p, self.lcfg, hidden, self.schedule.rank_divisor) for p in self.paths}
         self.priming_lr = self.lcfg.priming_lr if self.lcfg.priming_lr is not None else self.schedule.priming_lr
         self.bitfit = self.lcfg.bitfit if self.lcfg.bitfit is not None else self.schedule.bitfit
         self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch, self.schedule)

@@ -7,7 +7,7 @@ import pytest
 from edgenlp.finetune import FinetuneConfig, LearnerConfig, finetune
 from edgenlp.finetune.config import LearnerSchedule, learner_schedule
 
-# (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit, head lr, probe steps)
+# (what, classes, steps per epoch, total steps) -> (priming steps, priming lr, bitfit, head lr, probe steps[, rank divisor])
 TABLE = [
     ("SST-2, 8,000 rows, 1 epoch", 2, 250, 250, (83, 5e-5, False, None, 0)),
     ("banking77, 1 epoch: 3.7 steps per class, short: probe then a fast head", 77, 282, 282, (94, 5e-5, False, 6.4e-3, 28)),
@@ -17,16 +17,19 @@ TABLE = [
     ("banking77, 4 epochs: 14.6 steps per class, not short", 77, 282, 1128, (282, 5e-5, False, None, 0)),
     ("154 classes, 4,000 rows, 5 epochs: at most 1 epoch; 4.06 steps per class, short", 154, 125, 625,
      (125, 5e-5, False, 6.4e-3, 12)),
-    ("154 classes, 4,000 rows, 2 epochs: short", 154, 125, 250, (83, 5e-5, False, 6.4e-3, 12)),
+    ("154 classes, 4,000 rows, 2 epochs: 1.6 steps per class, very short: rank hidden / 8", 154, 125, 250,
+     (83, 5e-5, False, 6.4e-3, 12, 8)),
     ("the 24-class test task, 10 epochs of 6 steps: 2.5 per class, short", 24, 6, 60, (6, 5e-5, False, 6.4e-3, 1)),
     ("banking77, 2 epochs of 3,000 rows: 188 steps, short", 77, 94, 188, (62, 5e-5, False, 6.4e-3, 9)),
     ("12 steps per class exactly: not short", 10, 40, 120, (40, 5e-5, False, None, 0)),
     ("one step under 12 per class: short", 10, 40, 119, (39, 5e-5, False, 6.4e-3, 4)),
-    ("banking77, 3,000 rows, 1 epoch (the ablation): short, probe then a fast head", 77, 94, 94,
-     (31, 5e-5, False, 6.4e-3, 9)),
-    ("max_steps below an epoch: short", 77, 282, 30, (10, 5e-5, False, 6.4e-3, 3)),
-    ("two steps: no room to prime", 2, 10, 2, (0, 5e-5, False, 6.4e-3, 0)),
-    ("one step", 2, 1, 1, (0, 5e-5, False, 6.4e-3, 0)),
+    ("banking77, 3,000 rows, 1 epoch (the ablation): 1.2 per class, very short", 77, 94, 94,
+     (31, 5e-5, False, 6.4e-3, 9, 8)),
+    ("2 steps per class exactly: rank hidden / 12", 10, 20, 20, (6, 5e-5, False, 6.4e-3, 2, 12)),
+    ("one step under 2 per class: rank hidden / 8", 10, 20, 19, (6, 5e-5, False, 6.4e-3, 2, 8)),
+    ("max_steps below an epoch: very short", 77, 282, 30, (10, 5e-5, False, 6.4e-3, 3, 8)),
+    ("two steps: no room to prime", 2, 10, 2, (0, 5e-5, False, 6.4e-3, 0, 8)),
+    ("one step", 2, 1, 1, (0, 5e-5, False, 6.4e-3, 0, 8)),
 ]
 
 
@@ -70,3 +73,21 @@ def test_trainer_follows_the_schedule(learner, epochs, priming, synth_task):
     probe = learner.probe_steps_for(6, want)
     assert [p["first_step"] for p in report["phases"]] == ([0] if probe else []) + [probe, probe + priming]
     assert report["lr"]["priming"] == want.priming_lr and report["learner"]["bitfit"] == want.bitfit
+
+
+@pytest.mark.parametrize("max_steps, learner, want", [
+    (3, LearnerConfig(), 64 // 8),  # 1.5 steps per class: very short
+    (4, LearnerConfig(), 64 // 12),  # 2 per class: the usual rank
+    (3, LearnerConfig(rank=2), 2),  # what is set wins
+    (3, LearnerConfig(ranks=(("layers.0.*", 3),)), None),  # a pattern wins where it matches; the rest follow the budget
+], ids=["very-short", "on-the-line", "set", "pattern"])
+def test_an_unset_rank_follows_the_budget(max_steps, learner, want, synth_task):
+    cfg = FinetuneConfig(method="learner", epochs=1, batch_size=32, max_steps=max_steps, learner=learner)
+    report = finetune(*_small(synth_task.labels), synth_task, cfg).report  # 2 classes, hidden 64
+    ranks = report["learner"]["ranks"]
+    assert report["learner"]["schedule"]["rank_divisor"] == (8 if max_steps < 4 else 12)
+    if want is None:
+        assert {r for p, r in ranks.items() if p.startswith("layers.0.")} == {3}
+        assert {r for p, r in ranks.items() if not p.startswith("layers.0.")} == {64 // 8}
+    else:
+        assert set(ranks.values()) == {want}

@@ -58,6 +58,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "head-lr2": ("head rate 2e-2", {"head_lr": 2e-2}, {}),
     "lp-ft": ("linear probing first: 0.1 epoch of head only, then priming and Learners", {}, {"probe_epochs": 0.1}),
     "bitfit": ("biases and layer norms (embeddings' too) train with the Learners", {}, {"bitfit": True}),
+    "rank48": ("Learner rank 48 (hidden / 8; the default is hidden / 12 = 32)", {}, {"rank": 48}),
     "rank64": ("Learner rank 64 (hidden / 6; the default is hidden / 12 = 32)", {}, {"rank": 64}),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
 }
@@ -183,10 +184,18 @@ def markdown(rows: list[dict], meta: dict, verdict: list[str]) -> str:
     return "\n".join(md) + "\n"
 
 
-def verdict_lines(rows: list[dict]) -> tuple[list[str], dict]:
+def verdict_lines(rows: list[dict], max_trainable: float | None = None) -> tuple[list[str], dict]:
     by = {r["variant"]: r for r in rows}
     out, facts = [], {}
     learners = [r for r in rows if r["variant"] not in REFERENCES and r["val_seed0"] is not None]
+    if max_trainable is not None:  # a constraint of the choice, not a result: above it a variant cannot be chosen
+        over = [r for r in learners if r["trainable_percent"] > max_trainable]
+        learners = [r for r in learners if r not in over]
+        if over:
+            facts["over_trainable_cap"] = [r["variant"] for r in over]
+            out.append(f"- Not eligible, above {max_trainable:g}% trainable: "
+                       + ", ".join(f"`{r['variant']}` ({r['trainable_percent']:.1f}%, validation mean {r['val_mean']:.2f}%)"
+                                   for r in over) + ".")
     if not learners:
         return out, facts
     most = max(len(r["seeds"]) for r in learners)
@@ -313,6 +322,8 @@ def main(argv=None) -> int:
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--workdir", default=None, help="Per-run reports (reused when there). Required unless --run.")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--max-trainable", type=float, default=None, metavar="PERCENT",
+                   help="Only variants training at most this share of the parameters can be chosen (e.g. 10).")
     p.add_argument("--note", default=None, help="A sentence for the report (e.g. the load average seen during the runs).")
     p.add_argument("--curves", action="store_true", help="Also plot the per-epoch learning curves of finetune-3epochs.json.")
     p.add_argument("--curves-only", default=None, metavar="STEM",
@@ -355,6 +366,7 @@ def main(argv=None) -> int:
             if "variant" in d]  # per-run reports only (an --out inside the workdir is not a run)
     meta = {"task": args.task, "model": args.model, "epochs": args.epochs, "max_seq_len": args.max_seq_len,
             "threads": args.threads, "jobs": args.jobs, "val_rows": args.val_rows, "fit_rows_asked": args.fit_rows, "split_seed": args.split_seed,
+            "max_trainable_percent": args.max_trainable,
             "classes": len(load_task(args.task, data_dir=args.data_dir).labels), "note": args.note}
 
     def write() -> None:
@@ -363,7 +375,7 @@ def main(argv=None) -> int:
             meta.update(fit_rows=runs[0]["fit_rows"], dev_rows=runs[0]["dev_rows"])
         meta["not_run"] = [v for v in args.variants for s in args.seeds
                            if not any(r["variant"] == v and r["seed"] == s for r in runs)]
-        lines, facts = verdict_lines(rows)
+        lines, facts = verdict_lines(rows, args.max_trainable)
         doc = {"meta": meta, "variants": {k: {"description": v[0], "finetune": v[1], "learner": v[2]}
                                            for k, v in VARIANTS.items()},
                "rows": rows, "verdict": facts, "runs": runs}

@@ -47,6 +47,7 @@ RANK_DIVISOR = 12
 SHORT_RANK_STEPS_PER_CLASS = 2
 SHORT_RANK_DIVISOR = 8
 
+
 def rates_by_method(rates: dict[str, float]) -> str:
     """``{"full": 5e-5, "learner": 1e-3, ...}`` -> ``"5e-05 full/..., 0.001 learner/..."``."""
     by_rate: dict[float, list[str]] = {}

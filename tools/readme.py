@@ -1621,7 +1621,7 @@ def quick_preset(r: Results) -> str:
 # the ablation at 94 steps (3,000 rows), then on every training row but validation at 1 and 3 epochs
 LEARNER_CURVES = "learner-curves"  # learner_ablation.py --curves-only
 LEARNER_ABLATIONS = ("learner-ablation", "learner-ablation-1epoch-all-rows", "learner-ablation-3epochs-all-rows",
-                     "learner-ablation-154-2epochs")
+                     "learner-ablation-154-2epochs", "learner-ablation-154-2epochs-rank")
 
 
 @section("finetune-learner-ablation")
@@ -1699,6 +1699,10 @@ def _learner_ablation(d: dict, name: str) -> str:
         CPU. {thousands(m['val_rows'])} other train rows are the validation split the variants are chosen on; the
         {thousands(m['dev_rows'])} dev rows report them. {hw}""")
     items = []
+    if v.get("over_trainable_cap"):
+        items.append(f"Not eligible, above {m['max_trainable_percent']:g}% trainable: "
+                     + ", ".join(f"`{n}` ({by[n]['trainable_percent']:.1f}%, validation mean {by[n]['val_mean']:.2f}%)"
+                                 for n in v["over_trainable_cap"]) + ".")
     if v.get("chosen"):
         c = by[v["chosen"]]
         items.append(f"Chosen on validation: `{v['chosen']}`, dev {acc(c)}% (seeds {', '.join(map(str, c['seeds']))}).")

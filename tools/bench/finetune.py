@@ -327,6 +327,7 @@ def summarize(runs: list[dict]) -> list[dict]:
         groups.setdefault((b["task"], b["variant"], b.get("setting", setting_name((DEFAULT, DEFAULT)))), []).append(r)
     rows = []
     for (task, variant, setting), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r["seed"])  # runs finish in any order
         acc, acc_std = _stats([r["dev"]["accuracy"] * 100 for r in rs])
         f1 = [r["dev"]["macro_f1"] * 100 for r in rs if "macro_f1" in r["dev"]]
         main_phase = rs[0]["phases"][-1]  # the steady phase: learners-only / reconfigured / the only one

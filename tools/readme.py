@@ -2232,7 +2232,9 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     old = args.readme.read_text()
-    new = render(old, Results(args.results))
+    from edgenlp.cli.options import rewrite_option_tables
+
+    new = rewrite_option_tables(render(old, Results(args.results)))  # and the option tables, from the options' help
     if args.check:
         if new == old:
             return 0

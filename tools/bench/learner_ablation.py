@@ -53,6 +53,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
              {"method": "full", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
     "no-priming": ("no priming: Learners and head from the first step", {}, {"priming_epochs": 0.0}),
     "priming-rate": ("priming at full fine-tuning's tuned rate 1.6e-4", {}, {"priming_lr": 1.6e-4}),
+    "lr2e-3": ("Learner rate 2e-3 with 10% warm-up", {"lr": 2e-3, "warmup_fraction": 0.1}, {}),
     "lr3e-3": ("Learner rate 3e-3 with 10% warm-up", {"lr": 3e-3, "warmup_fraction": 0.1}, {}),
     "head-lr": ("head rate 6.4e-3 (full's tuned head rate)", {"head_lr": 6.4e-3}, {}),
     "head-lr2": ("head rate 2e-2", {"head_lr": 2e-2}, {}),

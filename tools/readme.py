@@ -1457,7 +1457,7 @@ SCHEDULE_ROWS = (
     ("154 classes, 4,000 rows, 5 epochs", 154, "finetune-154-classes-5epochs", "banking154", "finetune-154-classes-5epochs",
      "banking154", ("finetune-154-classes", "banking154"), 2.0),
     ("154 classes, 4,000 rows, 2 epochs", 154, "finetune-154-classes-2epochs", "banking154", "finetune-154-classes-2epochs",
-     "banking154", None, 2.0),
+     "banking154", ("finetune-154-classes-2epochs-rank32", "banking154"), 2.0),
 )
 SST2_EQUAL_TIME = "finetune-sst2-equal-time"
 
@@ -1503,13 +1503,14 @@ def finetune_schedule(r: Results) -> str:
             runs took {d['meta']['max_steps']}."""))
     if not rows:
         raise MissingResults("no results with the Learner's schedule")
-    tab = table(["task, budget", "steps per class", "full fine-tuning", "Learner before the schedule",
+    tab = table(["task, budget", "steps per class", "full fine-tuning", "Learner, earlier defaults",
                  "Learner, schedule", "Learner − full", "target"], ["l", "r", "r", "r", "r", "r", "l"], rows)
     where = f"every Learner run on an {next(iter(hosts))}" if len(hosts) == 1 else \
         "; ".join(f"{' / '.join(v)} on an {k}" for k, v in hosts.items())
     return "\n\n".join([paragraph(f"""
         Dev accuracy, mean ± std over seeds 0, 1, 2 unless marked, 1 thread per run, batch 32, length 64; the Learner at the
-        library's defaults, so its schedule decides priming, probe and head rate. Full fine-tuning's rows come from the
+        library's defaults, so its schedule decides priming, probe and head rate, and below 2 steps per class the rank
+        (hidden/8). Full fine-tuning's rows come from the
         files above (tuned: its rates chosen by the sweep there); {where}."""), tab, *notes])
 
 
@@ -1621,7 +1622,8 @@ def quick_preset(r: Results) -> str:
 # the ablation at 94 steps (3,000 rows), then on every training row but validation at 1 and 3 epochs
 LEARNER_CURVES = "learner-curves"  # learner_ablation.py --curves-only
 LEARNER_ABLATIONS = ("learner-ablation", "learner-ablation-1epoch-all-rows", "learner-ablation-3epochs-all-rows",
-                     "learner-ablation-154-2epochs", "learner-ablation-154-2epochs-rank")
+                     "learner-ablation-154-2epochs", "learner-ablation-154-2epochs-rank",
+                     "learner-ablation-154-2epochs-4000rows")
 
 
 @section("finetune-learner-ablation")
@@ -1666,6 +1668,9 @@ def _library_steps(s: dict) -> str:
         itself, which no low-rank method avoids without cutting the backward short of the early layers. {host(s)}""")
 
 
+REFERENCES = ("full", "far")  # learner_ablation.py's reference runs, never a Learner variant
+
+
 def _learner_ablation(d: dict, name: str) -> str:
     """One ``learner_ablation.py`` results file: its variants, the choice on validation and the gap to full fine-tuning."""
     m, rows, v = d["meta"], d["rows"], d.get("verdict", {})
@@ -1705,7 +1710,13 @@ def _learner_ablation(d: dict, name: str) -> str:
                                  for n in v["over_trainable_cap"]) + ".")
     if v.get("chosen"):
         c = by[v["chosen"]]
-        items.append(f"Chosen on validation: `{v['chosen']}`, dev {acc(c)}% (seeds {', '.join(map(str, c['seeds']))}).")
+        kept = ""
+        if v.get("kept"):  # the variant in use stayed: the best other one did not lead it by the margin asked
+            rivals = [x for x in rows if x["variant"] not in REFERENCES and len(x["seeds"]) == len(c["seeds"])]
+            lead = max(rivals, key=lambda x: x["val_mean"])
+            kept = (f" A change had to lead it by {m['min_gain_points']:g} points of mean validation accuracy; the best, "
+                    f"`{lead['variant']}`, led by {lead['val_mean'] - c['val_mean']:.2f}.")
+        items.append(f"Chosen on validation: `{v['chosen']}`, dev {acc(c)}% (seeds {', '.join(map(str, c['seeds']))}).{kept}")
     if "gap_points" in v:
         target = f", the 1-point target {'met' if v['target_met'] else 'missed'}." if m["task"] == "banking77" else \
             " (exploratory, not the issue's target setting)."

@@ -99,7 +99,6 @@ class Method:
         self.total_steps = total_steps
         self.steps_per_epoch = steps_per_epoch
         self.lr = config.resolved_lr
-        self.warmup_fraction = config.warmup_fraction
         # the head's rate follows the task's budget unless set (default_head_lr)
         self.head_lr = config.head_lr if config.head_lr is not None else \
             default_head_lr(classes=len(model.labels), total_steps=total_steps)
@@ -169,9 +168,6 @@ class LearnerMethod(Method):
         hidden = model.shape.hidden
         self.schedule = learner_schedule(classes=len(model.labels), steps_per_epoch=steps_per_epoch, total_steps=total_steps)
         self.fixed_ranks = {p: learner_mod.rank_for(p, self.lcfg, hidden, self.schedule.rank_divisor) for p in self.paths}
-        if config.lr is None and self.schedule.lr is not None:  # the schedule's rate, with its warm-up
-            self.lr = self.schedule.lr
-            self.warmup_fraction = max(config.warmup_fraction, self.schedule.min_warmup)
         self.priming_lr = self.lcfg.priming_lr if self.lcfg.priming_lr is not None else self.schedule.priming_lr
         self.bitfit = self.lcfg.bitfit if self.lcfg.bitfit is not None else self.schedule.bitfit
         self.probe_steps = self.lcfg.probe_steps_for(steps_per_epoch, self.schedule)

@@ -247,11 +247,11 @@ def finetune(
     total_steps = planned_epochs * steps_per_epoch
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
+    warmup = int(config.warmup_fraction * total_steps)
     total_params = model.param_count()
 
     model.to(device)
     method = METHOD_TYPES[config.method](model, config, total_steps=total_steps, steps_per_epoch=steps_per_epoch)
-    warmup = int(method.warmup_fraction * total_steps)  # the config's, or the Learner schedule's at its rate
     phases = method.phases()
     boundaries = []  # (first step, phase)
     first = 0
@@ -354,9 +354,7 @@ def finetune(
         "version": REPORT_VERSION,
         "method": config.method,
         "seed": config.seed,
-        # the rates and warm-up used: they follow the budget unless set
-        "config": {**config.to_dict(), "resolved_head_lr": method.head_lr, "resolved_lr": method.lr},
-        "warmup_steps": warmup,
+        "config": {**config.to_dict(), "resolved_head_lr": method.head_lr},  # the rate used: it follows the budget
         "model": info.to_dict(),
         "task": {**task.to_dict(), "train_rows_used": len(train), "primary_metric": task.primary_metric},
         "device": device,

@@ -61,6 +61,10 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "bitfit": ("biases and layer norms (embeddings' too) train with the Learners", {}, {"bitfit": True}),
     "rank48": ("Learner rank 48 (hidden / 8; the default is hidden / 12 = 32)", {}, {"rank": 48}),
     "rank64": ("Learner rank 64 (hidden / 6; the default is hidden / 12 = 32)", {}, {"rank": 64}),
+    "lib": ("the library's defaults: learner_schedule decides priming, probe, head rate and rank",
+            {"head_lr": None}, {"priming_epochs": None, "probe_epochs": None}),
+    "lr1e-3": ("Learner rate 1e-3 (the default from 2 steps per class up)", {"lr": 1e-3}, {}),
+    "rank32": ("Learner rank 32 (hidden / 12, the default from 2 steps per class up)", {}, {"rank": 32}),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
 }
 REFERENCES = ("full", "far")
@@ -185,7 +189,8 @@ def markdown(rows: list[dict], meta: dict, verdict: list[str]) -> str:
     return "\n".join(md) + "\n"
 
 
-def verdict_lines(rows: list[dict], max_trainable: float | None = None) -> tuple[list[str], dict]:
+def verdict_lines(rows: list[dict], max_trainable: float | None = None, keep: str | None = None,
+                  min_gain: float = 0.0) -> tuple[list[str], dict]:
     by = {r["variant"]: r for r in rows}
     out, facts = [], {}
     learners = [r for r in rows if r["variant"] not in REFERENCES and r["val_seed0"] is not None]
@@ -209,6 +214,14 @@ def verdict_lines(rows: list[dict], max_trainable: float | None = None) -> tuple
                    f"rerun on seeds {best['seeds']}; by mean validation accuracy `{best['variant']}` "
                    f"({best['val_mean']:.2f}%; " + ", ".join(f"`{r['variant']}` {r['val_mean']:.2f}%" for r in finalists
                                                               if r is not best) + ").")
+        kept = by.get(keep) if keep else None
+        if kept is not None and kept is not best and kept in finalists and best["val_mean"] - kept["val_mean"] < min_gain:
+            # a lead smaller than the seed-to-seed noise is no reason to change a default
+            out.append(f"- `{best['variant']}` leads `{keep}` by {best['val_mean'] - kept['val_mean']:.2f} points, under the "
+                       f"{min_gain:g} a change must win by: `{keep}` stays.")
+            best = kept
+            facts["chosen"] = best["variant"]
+            facts["kept"] = keep
     else:
         best = max(learners, key=lambda r: r["val_seed0"])
         facts["chosen"] = best["variant"]
@@ -325,6 +338,9 @@ def main(argv=None) -> int:
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--max-trainable", type=float, default=None, metavar="PERCENT",
                    help="Only variants training at most this share of the parameters can be chosen (e.g. 10).")
+    p.add_argument("--keep", default=None, metavar="VARIANT",
+                   help="The variant in use: another is chosen only when its mean validation accuracy leads by --min-gain.")
+    p.add_argument("--min-gain", type=float, default=0.0, metavar="POINTS")
     p.add_argument("--note", default=None, help="A sentence for the report (e.g. the load average seen during the runs).")
     p.add_argument("--curves", action="store_true", help="Also plot the per-epoch learning curves of finetune-3epochs.json.")
     p.add_argument("--curves-only", default=None, metavar="STEM",
@@ -367,7 +383,7 @@ def main(argv=None) -> int:
             if "variant" in d]  # per-run reports only (an --out inside the workdir is not a run)
     meta = {"task": args.task, "model": args.model, "epochs": args.epochs, "max_seq_len": args.max_seq_len,
             "threads": args.threads, "jobs": args.jobs, "val_rows": args.val_rows, "fit_rows_asked": args.fit_rows, "split_seed": args.split_seed,
-            "max_trainable_percent": args.max_trainable,
+            "max_trainable_percent": args.max_trainable, "keep": args.keep, "min_gain_points": args.min_gain,
             "classes": len(load_task(args.task, data_dir=args.data_dir).labels), "note": args.note}
 
     def write() -> None:
@@ -376,7 +392,7 @@ def main(argv=None) -> int:
             meta.update(fit_rows=runs[0]["fit_rows"], dev_rows=runs[0]["dev_rows"])
         meta["not_run"] = [v for v in args.variants for s in args.seeds
                            if not any(r["variant"] == v and r["seed"] == s for r in runs)]
-        lines, facts = verdict_lines(rows, args.max_trainable)
+        lines, facts = verdict_lines(rows, args.max_trainable, args.keep, args.min_gain)
         doc = {"meta": meta, "variants": {k: {"description": v[0], "finetune": v[1], "learner": v[2]}
                                            for k, v in VARIANTS.items()},
                "rows": rows, "verdict": facts, "runs": runs}

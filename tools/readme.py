@@ -1693,8 +1693,9 @@ def _learner_ablation(d: dict, name: str) -> str:
             **Not measured yet** (`{name}`): no run of `tools/bench/learner_ablation.py` has finished
             ({m.get('note') or 'no note'}).""")
     side = "" if m.get("note") else f"; {m.get('jobs', 1)} runs side by side"
+    about = f". {m['note']}" if m.get("note") else f"; {load_text(_loads(host_doc))}"  # a note is its own sentence
     hw = (f"Host: {host_doc.get('cpu_model', 'CPU not recorded')}, {host_doc.get('cpu_count')} cores, ISA flags"
-          f" {_isa_text(host_doc.get('isa_flags'))}; {m.get('note') or load_text(_loads(host_doc))}{side}.")
+          f" {_isa_text(host_doc.get('isa_flags'))}{about}{side}.")
     epochs = f"{m['epochs']} epoch{'s' if m['epochs'] > 1 else ''}"
     task = "banking77" if m["task"] == "banking77" else f"the task in `{m['task']}`"
     head = paragraph(f"""

@@ -1668,9 +1668,6 @@ def _library_steps(s: dict) -> str:
         itself, which no low-rank method avoids without cutting the backward short of the early layers. {host(s)}""")
 
 
-REFERENCES = ("full", "far")  # learner_ablation.py's reference runs, never a Learner variant
-
-
 def _learner_ablation(d: dict, name: str) -> str:
     """One ``learner_ablation.py`` results file: its variants, the choice on validation and the gap to full fine-tuning."""
     m, rows, v = d["meta"], d["rows"], d.get("verdict", {})
@@ -1713,7 +1710,8 @@ def _learner_ablation(d: dict, name: str) -> str:
         c = by[v["chosen"]]
         kept = ""
         if v.get("kept"):  # the variant in use stayed: the best other one did not lead it by the margin asked
-            rivals = [x for x in rows if x["variant"] not in REFERENCES and len(x["seeds"]) == len(c["seeds"])]
+            refs = _bench_module("learner_ablation").REFERENCES  # its reference runs, never a Learner variant
+            rivals = [x for x in rows if x["variant"] not in refs and len(x["seeds"]) == len(c["seeds"])]
             lead = max(rivals, key=lambda x: x["val_mean"])
             kept = (f" A change had to lead it by {m['min_gain_points']:g} points of mean validation accuracy; the best, "
                     f"`{lead['variant']}`, led by {lead['val_mean'] - c['val_mean']:.2f}.")

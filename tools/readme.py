@@ -1708,13 +1708,9 @@ def _learner_ablation(d: dict, name: str) -> str:
                                  for n in v["over_trainable_cap"]) + ".")
     if v.get("chosen"):
         c = by[v["chosen"]]
-        kept = ""
-        if v.get("kept"):  # the variant in use stayed: the best other one did not lead it by the margin asked
-            refs = _bench_module("learner_ablation").REFERENCES  # its reference runs, never a Learner variant
-            rivals = [x for x in rows if x["variant"] not in refs and len(x["seeds"]) == len(c["seeds"])]
-            lead = max(rivals, key=lambda x: x["val_mean"])
-            kept = (f" A change had to lead it by {m['min_gain_points']:g} points of mean validation accuracy; the best, "
-                    f"`{lead['variant']}`, led by {lead['val_mean'] - c['val_mean']:.2f}.")
+        k = v.get("kept")  # the variant in use stayed: the best other one did not lead it by the margin asked
+        kept = (f" A change had to lead it by {m['min_gain_points']:g} points of mean validation accuracy; the best, "
+                f"`{k['leader']}`, led by {k['lead_points']:.2f}.") if k else ""
         items.append(f"Chosen on validation: `{v['chosen']}`, dev {acc(c)}% (seeds {', '.join(map(str, c['seeds']))}).{kept}")
     if "gap_points" in v:
         target = f", the 1-point target {'met' if v['target_met'] else 'missed'}." if m["task"] == "banking77" else \

@@ -221,9 +221,9 @@ def verdict_lines(rows: list[dict], max_trainable: float | None = None, keep: st
             # a lead smaller than the seed-to-seed noise is no reason to change a default
             out.append(f"- `{best['variant']}` leads `{keep}` by {best['val_mean'] - kept['val_mean']:.2f} points, under the "
                        f"{min_gain:g} a change must win by: `{keep}` stays.")
+            facts["kept"] = {"variant": keep, "leader": best["variant"], "lead_points": round(best["val_mean"] - kept["val_mean"], 2)}
             best = kept
             facts["chosen"] = best["variant"]
-            facts["kept"] = keep
     else:
         best = max(learners, key=lambda r: r["val_seed0"])
         facts["chosen"] = best["variant"]

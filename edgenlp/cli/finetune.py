@@ -105,6 +105,7 @@ def finetune_cmd(ctx, model, task, data_dir, lrs, device, out_dir, as_json, json
       edgenlp finetune minilm-l6 --task sst2 --method learner --train-limit 8000 --epochs 3 --out out/ft
       edgenlp finetune minilm-l6 --task banking77 --method learner --rank auto --priming-epochs 0.5 --out out/b77
       edgenlp finetune minilm-l6 --task sst2 --method far --far-keep 0.1 --out out/far
+      edgenlp finetune minilm-l6 --task sst2 --train-limit 8000 --val-rows 1000 --epochs 3 --out out/val
       edgenlp finetune minilm-l6 --task banking77 --method full --lr 5e-5 --lr head=2e-3 --epochs 2 --out out/full
     """
     from edgenlp.data.tasks import load_task
@@ -143,6 +144,8 @@ def finetune_cmd(ctx, model, task, data_dir, lrs, device, out_dir, as_json, json
     tp = result.report["trainable_params"]
     es = result.report["early_stop"]
     kept = f" (epoch {es['best_epoch']} of {es['epochs_run']})" if es["enabled"] and es["epochs_run"] > 1 else ""
-    click.echo(f"{method}: dev accuracy {dev.get('accuracy', float('nan')):.4f}{kept}"
+    val = result.report.get("validation")
+    held = f"validation accuracy {val.get('accuracy', float('nan')):.4f}{kept}, " if val is not None else ""
+    click.echo(f"{method}: {held}dev accuracy {dev.get('accuracy', float('nan')):.4f}{'' if held else kept}"
                + (f", macro-F1 {dev['macro_f1']:.4f}" if "macro_f1" in dev else "")
                + f"; trainable {tp['count']:,} ({tp['percent']:.2f}%); wrote {out}", err=True)

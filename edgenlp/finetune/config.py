@@ -270,7 +270,10 @@ class FinetuneConfig(Config):
     head's (classifier and pooler, :data:`DEFAULT_HEAD_LR`). With
     ``early_stop`` the model is evaluated on dev after every epoch and the
     best-dev weights are returned; training stops after ``patience`` epochs
-    without a better dev score, once half the planned steps are done. ``train_limit`` trains on a subset of that many
+    without a better dev score, once half the planned steps are done. With ``val_rows``, that many train rows
+    (drawn with ``subset_seed``, never a row whose text is in dev) are held out as a validation split that early
+    stopping watches instead, and dev is scored once, on the weights returned: nothing is chosen on dev.
+    ``train_limit`` trains on a subset of that many (remaining)
     training rows drawn with ``subset_seed`` (fixed across run seeds, so seeds
     vary only initialization, dropout and data order). ``learner``/``far`` hold
     the method's own settings and default when the method is chosen.
@@ -285,15 +288,18 @@ class FinetuneConfig(Config):
                                          f"{AUTO_MIN_STEPS} steps, at most {AUTO_MAX_EPOCHS} epochs).")
     max_steps: int | None = knob(None, help="Stop after this many optimizer steps.")
     train_limit: int | None = knob(None, help="Train on a subset of this many rows drawn with --subset-seed.")
-    subset_seed: int = knob(0, help="Seed of the --train-limit subset (fixed across run seeds).")
+    subset_seed: int = knob(0, help="Seed of the --train-limit subset and the --val-rows split (fixed across run seeds).")
+    val_rows: int | None = knob(None, help="Hold out this many seeded train rows as a validation split: early stopping "
+                                           "and the per-epoch scores use it, and dev is scored once, on the weights "
+                                           "returned (default: none held out; early stopping watches dev).")
     batch_size: int = knob(32, help="Training batch size.")
     lr: float | None = knob(None, help=f"Body learning rate (default per method: {rates_by_method(DEFAULT_LR)}).")
     head_lr: float | None = knob(None, help=f"Learning rate of the task head, classifier and pooler "
                                             f"(default: {DEFAULT_HEAD_LR:g}; {SHORT_HEAD_LR:g} below "
                                             f"{SHORT_STEPS_PER_CLASS} optimizer steps per class).")
-    early_stop: bool = knob(True, help="Evaluate on dev after every epoch and return the best epoch's weights "
-                                       "(otherwise the last epoch's, every epoch run).")
-    patience: int = knob(2, help="Early stopping: epochs without a better dev score before training stops.")
+    early_stop: bool = knob(True, help="Evaluate on dev (on the --val-rows split when given) after every epoch and "
+                                       "return the best epoch's weights (otherwise the last epoch's, every epoch run).")
+    patience: int = knob(2, help="Early stopping: epochs without a better score before training stops.")
     weight_decay: float = knob(0.01, help="AdamW weight decay of matrices (vectors never decay).")
     warmup_fraction: float = knob(0.06, help="Fraction of the steps of linear learning-rate warm-up, in [0, 1).")
     max_grad_norm: float = knob(1.0, help="Gradient norm clipping.")
@@ -310,6 +316,7 @@ class FinetuneConfig(Config):
         check_int("max_steps", self.max_steps, minimum=1, allow_none=True)
         check_int("train_limit", self.train_limit, minimum=1, allow_none=True)
         check_int("subset_seed", self.subset_seed, minimum=0)
+        check_int("val_rows", self.val_rows, minimum=1, allow_none=True)
         check_int("batch_size", self.batch_size, minimum=1)
         check_lr("lr", self.lr)
         check_lr("head_lr", self.head_lr)

@@ -210,7 +210,8 @@ def finetune(
     Returns a :class:`FinetuneResult` whose model has the base architecture
     (Learners merged, FAR layers folded back), on the CPU, in eval mode. With
     ``config.early_stop`` (the default) it holds the weights of the epoch with
-    the best dev accuracy, and training ends after
+    the best dev accuracy (validation accuracy, with ``config.val_rows``: then dev is scored once, on the weights
+    returned), and training ends after
     ``config.patience`` epochs without improvement (never in the first half
     of the planned steps: a new head can sit on a plateau for a while). ``device`` is
     ``"auto"``, ``"cpu"`` or ``"cuda"`` (:func:`edgenlp.utils.resolve_device`).
@@ -237,10 +238,14 @@ def finetune(
 
     tokenizer = load_tokenizer(info)
     pad_id = tokenizer.pad_token_id or 0
-    train_split = task.train.sample(config.train_limit, seed=config.subset_seed)
+    tuned, watched, watch = task, task.dev, "dev"  # the split early stopping watches, and its name in the report
+    if config.val_rows is not None:
+        tuned, watched = task.hold_out(config.val_rows, seed=config.subset_seed)
+        watch = "validation"
+    train_split = tuned.train.sample(config.train_limit, seed=config.subset_seed)
     train = encode_split(tokenizer, train_split, task.labels, max_len=config.max_seq_len)
-    dev = encode_split(tokenizer, task.dev, task.labels, max_len=config.max_seq_len)
-    metric = "accuracy"  # early stopping keeps the best dev accuracy
+    scored = encode_split(tokenizer, watched, task.labels, max_len=config.max_seq_len)
+    metric = "accuracy"  # early stopping keeps the best accuracy on the watched split
 
     steps_per_epoch = math.ceil(len(train) / config.batch_size)
     planned_epochs = config.epochs_for(len(train))
@@ -311,20 +316,20 @@ def finetune(
                 if progress is not None:
                     progress.update(bar, advance=1, loss=loss_value, eps=epoch_examples / max(epoch_time, 1e-9),
                                     description=f"{config.method} e{epoch} {current.name}")
-            dev_metrics = evaluate(model, dev, num_labels=task.num_labels, batch_size=config.eval_batch_size,
-                                   pad_id=pad_id, device=device)
+            epoch_metrics = evaluate(model, scored, num_labels=task.num_labels, batch_size=config.eval_batch_size,
+                                     pad_id=pad_id, device=device)
             model.train()
             epochs.append({"epoch": epoch, "steps": step, "wall_s": round(epoch_time, 3),
                            "examples_per_s": round(epoch_examples / max(epoch_time, 1e-9), 2),
-                           "train_loss": round(loss_sum / max(loss_n, 1), 5), "dev": dev_metrics})
-            log.info("epoch %d: loss %.4f, dev %s, %.1fs", epoch, epochs[-1]["train_loss"], dev_metrics, epoch_time)
+                           "train_loss": round(loss_sum / max(loss_n, 1), 5), watch: epoch_metrics})
+            log.info("epoch %d: loss %.4f, %s %s, %.1fs", epoch, epochs[-1]["train_loss"], watch, epoch_metrics, epoch_time)
             if config.early_stop:
-                score = dev_metrics[metric]
+                score = epoch_metrics[metric]
                 if best is None or score > best["score"]:
                     best = {"epoch": epoch, "score": score, "state": plain_state_dict(model)}
                 elif epoch - best["epoch"] >= config.patience and total_steps > step >= total_steps // 2:
-                    log.info("early stop after epoch %d: dev %s has not improved on epoch %d (%.4f) for %d epochs",
-                             epoch, metric, best["epoch"], best["score"], config.patience)
+                    log.info("early stop after epoch %d: %s %s has not improved on epoch %d (%.4f) for %d epochs",
+                             epoch, watch, metric, best["epoch"], best["score"], config.patience)
                     stopped_early = True
                     break
 
@@ -334,8 +339,16 @@ def finetune(
         best_epoch = best["epoch"]
         if best_epoch != len(epochs):
             model.load_state_dict(best["state"])
-            log.info("restored the weights of epoch %d (dev %s %.4f)", best_epoch, metric, best["score"])
+            log.info("restored the weights of epoch %d (%s %s %.4f)", best_epoch, watch, metric, best["score"])
         best = None
+    per_epoch = [e[watch] for e in epochs]
+    watched_report = {watch: per_epoch[best_epoch - 1] if epochs else {}, f"{watch}_last_epoch": per_epoch[-1] if epochs else {},
+                      f"{watch}_per_epoch": per_epoch}
+    if watch != "dev":  # dev is scored once, on the weights returned
+        watched_report["dev"] = evaluate(model, encode_split(tokenizer, task.dev, task.labels, max_len=config.max_seq_len),
+                                         num_labels=task.num_labels, batch_size=config.eval_batch_size, pad_id=pad_id,
+                                         device=device)
+        log.info("dev (scored once, on the weights returned): %s", watched_report["dev"])
     model.to("cpu")
     for p in model.parameters():
         p.requires_grad_(True)
@@ -356,7 +369,8 @@ def finetune(
         "seed": config.seed,
         "config": {**config.to_dict(), "resolved_head_lr": method.head_lr},  # the rate used: it follows the budget
         "model": info.to_dict(),
-        "task": {**task.to_dict(), "train_rows_used": len(train), "primary_metric": task.primary_metric},
+        "task": {**task.to_dict(), "train_rows_used": len(train), "validation_rows": len(scored) if watch != "dev" else 0,
+                 "early_stop_watches": watch, "primary_metric": task.primary_metric},
         "device": device,
         "steps": step,
         "steps_planned": total_steps,
@@ -376,9 +390,7 @@ def finetune(
         "wall_s_per_epoch": [e["wall_s"] for e in epochs],
         "examples_per_s": round(trained_examples / max(train_time, 1e-9), 2),
         "peak_rss_mb": round(peak_rss_mb(), 1),
-        "dev": epochs[best_epoch - 1]["dev"] if epochs else {},
-        "dev_last_epoch": epochs[-1]["dev"] if epochs else {},
-        "dev_per_epoch": [e["dev"] for e in epochs],
+        **watched_report,
         "total_wall_s": round(time.perf_counter() - start_wall, 2),
         "threads": torch.get_num_threads(),
         "environment": environment(),

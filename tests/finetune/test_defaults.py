@@ -237,3 +237,28 @@ def test_cuda_device_without_cuda_is_a_user_error(synth_task):
         pytest.skip("this machine has CUDA")
     with pytest.raises(EdgeNLPError, match="no CUDA device"):
         finetune(*small_model(), synth_task, FinetuneConfig(max_steps=1), device="cuda")
+
+
+def test_a_validation_split_decides_early_stopping_and_dev_is_scored_once(monkeypatch, synth_task):
+    """With val_rows, every per-epoch score (and so the epoch kept) comes from rows held out of train; dev is
+    evaluated exactly once, on the weights returned, and its score does not choose anything."""
+    seen: list[int] = []
+    val_script = [0.50, 0.90, 0.60, 0.40, 0.95, 0.95]  # the epoch kept follows these
+    dev_rows = len(synth_task.dev)
+
+    def fake_evaluate(model, data, *, num_labels, **kw):
+        seen.append(len(data))
+        return {"accuracy": 0.11 if len(data) == dev_rows else val_script.pop(0)}
+
+    monkeypatch.setattr(trainer_mod, "evaluate", fake_evaluate)
+    cfg = FinetuneConfig(method="full", epochs=6, batch_size=32, patience=2, lr=1e-3, val_rows=40)
+    r = finetune(*small_model(), synth_task, cfg).report
+    assert seen == [40, 40, 40, 40, dev_rows], seen  # 4 epochs on validation, then dev once
+    assert r["early_stop"]["best_epoch"] == 2 and r["early_stop"]["epochs_run"] == 4
+    assert r["validation"]["accuracy"] == 0.90 and [e["accuracy"] for e in r["validation_per_epoch"]] == [0.5, 0.9, 0.6, 0.4]
+    assert r["dev"] == {"accuracy": 0.11} and "dev_per_epoch" not in r
+    assert r["task"]["validation_rows"] == 40 and r["task"]["early_stop_watches"] == "validation"
+    assert r["task"]["train_rows_used"] == len(synth_task.train) - 40  # the held-out rows never train
+    assert r["config"]["val_rows"] == 40 and FinetuneConfig.from_dict(r["config"]).val_rows == 40
+    with pytest.raises(ValueError, match="val_rows"):
+        FinetuneConfig(val_rows=0)

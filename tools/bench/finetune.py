@@ -73,6 +73,12 @@ def setting_name(setting: tuple[str, str]) -> str:
     return f"lr={lr},head={head}"
 
 
+def run_stem(task: str, variant: str, seed: int, setting: tuple[str, str], args) -> str:
+    """A run's file name in the work folder (the setting and a validation split, when any, are part of it)."""
+    tag = "" if setting == (DEFAULT, DEFAULT) else f"-lr{setting[0]}-head{setting[1]}"
+    return f"{task}-{variant}{tag}{f'-val{args.val_rows}' if args.val_rows else ''}-{seed}"
+
+
 def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tuple[str, str] = (DEFAULT, DEFAULT)) -> dict:
     method, extra = VARIANTS[variant]
     if args.priming_epochs is None:  # the library's schedule (learner_schedule) decides priming
@@ -81,9 +87,8 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
     extra = [a.format(priming=args.priming_epochs) for a in extra]
     lr, head = setting
     extra += ([] if lr == DEFAULT else ["--lr", f"body={lr}"]) + ([] if head == DEFAULT else ["--lr", f"head={head}"])
-    tag = "" if setting == (DEFAULT, DEFAULT) else f"-lr{lr}-head{head}"
-    out = workdir / f"{task}-{variant}{tag}-{seed}"
-    report = workdir / f"{task}-{variant}{tag}-{seed}.json"
+    out = workdir / run_stem(task, variant, seed, setting, args)
+    report = out.with_name(out.name + ".json")
     if report.exists():  # finished by an earlier, interrupted invocation with the same --workdir
         log.info("reuse: %s", report)
         data = json.loads(report.read_text())
@@ -98,6 +103,8 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
            "--device", args.device, "--out", str(out), "--json-out", str(report), "--quiet"]
     if args.no_early_stop:
         cmd.append("--no-early-stop")
+    if args.val_rows:
+        cmd += ["--val-rows", str(args.val_rows)]
     if args.max_steps:
         cmd += ["--max-steps", str(args.max_steps)]
     if args.data_dir:
@@ -117,12 +124,10 @@ def run_one(task: str, variant: str, seed: int, args, workdir: Path, setting: tu
     return data
 
 
-def attempt(task: str, variant: str, seed: int, setting: tuple[str, str], args, workdir: str, deadline: float | None,
-            default: tuple[str, str]) -> dict:
+def attempt(task: str, variant: str, seed: int, setting: tuple[str, str], args, workdir: str, deadline: float | None) -> dict:
     """One run as an executor task: ``{"skipped": name}`` when it starts after ``deadline`` (a Unix time) or, with
     ``--report-only``, has no finished report; else ``{"run": report}``."""
-    tag = "" if setting == default else f"-lr{setting[0]}-head{setting[1]}"
-    finished = Path(workdir) / f"{task}-{variant}{tag}-{seed}.json"
+    finished = Path(workdir) / f"{run_stem(task, variant, seed, setting, args)}.json"
     if (deadline is not None and time.time() > deadline) or (args.report_only and not finished.exists()):
         return {"skipped": f"{task}/{variant}/{setting_name(setting)}/seed {seed}"}
     return {"run": run_one(task, variant, seed, args, Path(workdir), setting)}
@@ -329,6 +334,7 @@ def summarize(runs: list[dict]) -> list[dict]:
     for (task, variant, setting), rs in groups.items():
         rs = sorted(rs, key=lambda r: r["seed"])  # runs finish in any order
         acc, acc_std = _stats([r["dev"]["accuracy"] * 100 for r in rs])
+        val = [r["validation"]["accuracy"] * 100 for r in rs if "validation" in r]
         f1 = [r["dev"]["macro_f1"] * 100 for r in rs if "macro_f1" in r["dev"]]
         main_phase = rs[0]["phases"][-1]  # the steady phase: learners-only / reconfigured / the only one
         rows.append({
@@ -340,6 +346,7 @@ def summarize(runs: list[dict]) -> list[dict]:
             "accuracy": acc,
             "accuracy_std": acc_std,
             "accuracy_per_seed": [round(r["dev"]["accuracy"] * 100, 2) for r in rs],
+            "validation_per_seed": [round(a, 2) for a in val] if len(val) == len(rs) else None,
             "macro_f1": statistics.mean(f1) if f1 else None,
             "macro_f1_std": _stats(f1)[1] if f1 else None,
             "epochs_run": rs[0].get("early_stop", {}).get("epochs_run", len(rs[0]["epochs"])),
@@ -356,12 +363,19 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def choice_scores(r: dict) -> list[float]:
+    """The per-seed accuracies a setting is chosen on: validation when the runs held it out (--val-rows), else dev."""
+    return r.get("validation_per_seed") or r["accuracy_per_seed"]
+
+
 def chosen(rows: list[dict]) -> dict[tuple[str, str], dict]:
-    """Per (task, variant): the row at the best setting (seed-0 dev accuracy; ties keep the default)."""
+    """Per (task, variant): the row at the best setting (seed-0 validation accuracy with --val-rows, else seed-0 dev
+    accuracy; ties keep the first listed)."""
     best: dict[tuple[str, str], dict] = {}
     for r in rows:
         key = (r["task"], r["variant"])
-        seed0 = r["accuracy_per_seed"][r["seeds"].index(0)] if 0 in r["seeds"] else r["accuracy"]
+        scores = choice_scores(r)
+        seed0 = scores[r["seeds"].index(0)] if 0 in r["seeds"] else statistics.mean(scores)
         if key not in best or seed0 > best[key][0]:
             best[key] = (seed0, r)
     return {k: v[1] for k, v in best.items()}
@@ -435,11 +449,12 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
                      f"{pm(r['accuracy'], r['accuracy_std'], len(r['seeds']))} | {f1} | {r['trainable']:,} | {r['trainable_percent']:.2f} | "
                      f"{r['trainable_peak']:,} | {r['s_per_epoch']:.0f} | {phases} | {r['peak_rss_mb']:.0f} |")
     swept = [r for r in rows if settings_count(rows, r["task"], r["variant"]) > 1]
+    on = "validation" if meta.get("val_rows") else "dev"
     if swept:
         lines += ["", "## Learning-rate sweep (seed 0; the chosen setting then runs every seed)", "",
-                  "| task | method | setting | lr used | seed-0 dev acc (%) | chosen |", "|---|---|---|---|---|---|"]
+                  f"| task | method | setting | lr used | seed-0 {on} acc (%) | chosen |", "|---|---|---|---|---|---|"]
         for r in sorted(swept, key=lambda r: (r["task"], order.index(r["variant"]), r["setting"])):
-            a0 = r["accuracy_per_seed"][r["seeds"].index(0)] if 0 in r["seeds"] else float("nan")
+            a0 = choice_scores(r)[r["seeds"].index(0)] if 0 in r["seeds"] else float("nan")
             used = ", ".join(f"{k} {v:g}" for k, v in r["lr"].items())
             pick = "yes" if best[(r["task"], r["variant"])] is r else ""
             lines.append(f"| {r['task']} | {r['variant']} | {r['setting']} | {used} | {a0:.2f} | {pick} |")
@@ -512,7 +527,9 @@ def _sweep_text(meta: dict) -> str:
                + " (1 = the defaults)")
     else:
         how = f"body lr {', '.join(sw.get('lr', []))} x head lr {', '.join(sw.get('head_lr', []))}"
-    return (f"Sweep ({who}, seed {meta['seeds'][0]}): {how}; the best seed-{meta['seeds'][0]} dev accuracy picks the "
+    on = (f"validation accuracy (on {meta['val_rows']} train rows held out of every run, seeded; dev is scored once per "
+          f"run and chooses nothing)" if meta.get("val_rows") else "dev accuracy")
+    return (f"Sweep ({who}, seed {meta['seeds'][0]}): {how}; the best seed-{meta['seeds'][0]} {on} picks the "
             f"setting that then runs seeds {', '.join(map(str, meta['seeds'][1:])) or '(none)'}.")
 
 
@@ -551,6 +568,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task-dir", action="append", default=[], metavar="NAME=DIR",
                    help="A user task folder (train.tsv, dev.tsv) known as NAME in --tasks and the tables.")
     p.add_argument("--no-early-stop", action="store_true", help="Pass --no-early-stop to every run.")
+    p.add_argument("--val-rows", type=int, default=None,
+                   help="Pass --val-rows to every run: early stopping and the sweep's choice use that many held-out "
+                        "train rows, and dev only reports (default: the older protocol, chosen on dev).")
     p.add_argument("--priming-epochs", type=float, default=None,
                    help="The Learner's priming length for every Learner run (default: the library's schedule).")
     p.add_argument("--max-steps", type=int, default=None, help="Pass --max-steps to every run (an equal-budget comparison).")
@@ -615,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"model": args.model, "epochs": args.epochs, "max_steps": args.max_steps,
             "priming_epochs": "schedule" if args.priming_epochs is None else args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.workers, "seeds": args.seeds, "note": args.note,
+            "val_rows": args.val_rows,
             "device": args.device, "task_dirs": args.task_dirs, "train_limit": args.train_limit, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}
@@ -670,7 +691,7 @@ def main(argv: list[str] | None = None) -> int:
         def run_all(todo: list[tuple]) -> None:
             """Run a phase's attempts on the executor (started in the listed, priority, order); a failed run stops
             the benchmark after the others of its phase, with the results written so far."""
-            tasks = [Task(f"{t}/{v}/{setting_name(st)}/seed {sd}", attempt, (t, v, sd, st, args, str(tmp), deadline, default))
+            tasks = [Task(f"{t}/{v}/{setting_name(st)}/seed {sd}", attempt, (t, v, sd, st, args, str(tmp), deadline))
                      for t, v, sd, st in todo]
             successful_values(ex.map(tasks, on_result=collect), reraise=True)
 

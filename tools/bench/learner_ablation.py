@@ -67,9 +67,11 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "rank32": ("Learner rank 32 (hidden / 12, the default from 2 steps per class up)", {}, {"rank": 32}),
     "full-lib": ("full fine-tuning at the library's defaults (body 5e-5; head from the budget, default_head_lr)",
                  {"method": "full", "head_lr": None}, None),
+    "full-body": ("full fine-tuning, body at its tuned rate 1.6e-4, head from the budget (default_head_lr)",
+                  {"method": "full", "lr": 1.6e-4, "head_lr": None}, None),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
 }
-REFERENCES = ("full", "full-lib", "far")
+REFERENCES = ("full", "full-lib", "full-body", "far")
 
 
 def combine(names: list[str]) -> tuple[str, dict, dict]:

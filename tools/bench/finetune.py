@@ -425,7 +425,9 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         + "; ".join(f"{t} {v}" for t, v in sorted(meta.get("rows", {}).items()))
         + "".join(f"; {t} is the folder {d}" for t, d in sorted(meta.get("task_dirs", {}).items()))
         + ". Learning rates are the library defaults "
-        "(body 5e-5 for full/FAR/freeze-FFN, 1e-3 for Learner/BitFit; head = classifier + pooler at 2e-3; Learner "
+        f"(body {meta.get('default_lr', '5e-05 full/far/freeze-ffn, 0.001 learner/bitfit')}; head = classifier + pooler at "
+        f"{meta.get('default_head_lr', 2e-3):g}" + (f", {meta['short_head_lr']:g} on a budget short for the classes"
+                                                  if meta.get("short_head_lr") else "") + "; Learner "
         + (f"priming {meta['priming_epochs']} epoch at 5e-5" if meta["priming_epochs"] != "schedule" else
            "priming, probe and head rate from the library's schedule, learner_schedule")
         + ") unless the setting says otherwise. Accuracy is mean ± sample std over "
@@ -632,10 +634,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only and not any(Path(args.workdir).glob("*.json")):
         log.error("--report-only: no run reports in %s; %s is left as it is", args.workdir, args.out)
         return 2
+    from edgenlp.finetune.config import DEFAULT_HEAD_LR, DEFAULT_LR, SHORT_HEAD_LR, rates_by_method
+
     meta = {"model": args.model, "epochs": args.epochs, "max_steps": args.max_steps,
             "priming_epochs": "schedule" if args.priming_epochs is None else args.priming_epochs, "batch_size": args.batch_size,
             "max_seq_len": args.max_seq_len, "threads": args.threads, "jobs": args.workers, "seeds": args.seeds, "note": args.note,
-            "val_rows": args.val_rows,
+            "val_rows": args.val_rows, "default_lr": rates_by_method(DEFAULT_LR), "default_head_lr": DEFAULT_HEAD_LR,
+            "short_head_lr": SHORT_HEAD_LR,
             "device": args.device, "task_dirs": args.task_dirs, "train_limit": args.train_limit, "sweep": {"lr": args.sweep_lr, "head_lr": args.sweep_head_lr, "scale": args.sweep_scale,
                                              "methods": args.sweep_only, "tasks": args.sweep_tasks},
             "cpu": env["cpu"].get("model", env["cpu"].get("machine")), "isa": isa_flags(), "environment": env}

@@ -68,6 +68,10 @@ def test_there_are_fixtures_of_every_method():
     assert all(s["config"]["type"] == "PruneConfig" and s["version"] == 1 for s in steps if s["step"] == "prune")
 
 
+# What an unset body rate ran at before FinetuneConfig version 3 (edgenlp/finetune/config.py at 7ff56e6), per method.
+V2_BODY_LR = {"full": 5e-5, "far": 5e-5, "freeze-ffn": 5e-5, "learner": 1e-3, "bitfit": 1e-3}
+
+
 # prune knobs added after version 1, at the default that is what a version-1 recipe ran: its targets (params,
 # flops) count an attention-core FLOP as one FLOP
 ADDED_SINCE_V1 = {"attention_weight": 1.0}
@@ -81,6 +85,9 @@ def test_a_recipe_written_before_loads_with_every_field(path):
     for d, step in zip(raw, recipe):
         assert step.result == d.get("result", {})
         cfg = d["config"]
+        if d["step"] == "finetune" and cfg.get("lr", 0) is None:  # unset: it reads back as the rate it ran with
+            assert step.config.lr == V2_BODY_LR[cfg.get("method", "full")]
+            cfg = {k: v for k, v in cfg.items() if k != "lr"}
         if d["step"] != "prune":
             _check_fields(cfg, step.config)
             continue

@@ -44,7 +44,7 @@ def run_demo(
     out = Path(out)
     timings: dict[str, float] = {}
     try:  # every option checked before any work
-        # The library's defaults (body 5e-5, head 2e-3, best-dev weights kept), one bounded pass.
+        # The library's defaults (DEFAULT_LR["full"], the head's rate from the budget, best-dev weights kept), one bounded pass.
         config = FinetuneConfig(method="full", epochs=1, max_steps=steps, train_limit=train_limit, batch_size=32,
                                 seed=seed, max_seq_len=max_seq_len, threads=threads)
         export_config = ExportConfig(max_seq_len=128)

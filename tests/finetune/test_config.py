@@ -57,7 +57,7 @@ def test_bad_config_raises_value_error(make, message):
 )
 def test_config_round_trips_through_dict(config):
     d = config.to_dict()
-    assert d["type"] == "FinetuneConfig" and d["version"] == 2 and d["resolved_lr"] == config.resolved_lr
+    assert d["type"] == "FinetuneConfig" and d["version"] == 3 and d["resolved_lr"] == config.resolved_lr
     assert d["resolved_head_lr"] == config.resolved_head_lr
     if config.learner is not None:
         assert d["learner"]["type"] == "LearnerConfig"
@@ -72,6 +72,16 @@ def test_version_1_dicts_read_back_as_what_they_ran():
     no_epochs = FinetuneConfig.from_dict({"type": "FinetuneConfig", "version": 1, "method": "bitfit", "lr": 1e-4})
     assert (no_epochs.epochs, no_epochs.resolved_head_lr) == (3, 1e-4)
     assert FinetuneConfig().head_lr is None and FinetuneConfig().resolved_head_lr == 2e-3
+
+
+def test_version_2_dicts_keep_the_body_rate_they_ran_with():
+    """Version 2 ran full fine-tuning's unset body rate at 5e-5; version 3's default is 1.6e-4."""
+    assert FinetuneConfig().resolved_lr == 1.6e-4 and FinetuneConfig(method="far").resolved_lr == 5e-5
+    v2 = {"type": "FinetuneConfig", "version": 2, "method": "full", "epochs": 1, "lr": None}
+    assert FinetuneConfig.from_dict(v2).resolved_lr == 5e-5
+    assert FinetuneConfig.from_dict({**v2, "method": "learner"}).resolved_lr == 1e-3
+    assert FinetuneConfig.from_dict({**v2, "lr": 3e-4}).resolved_lr == 3e-4  # a rate that was set is kept
+    assert FinetuneConfig.from_dict({**v2, "version": 3}).resolved_lr == 1.6e-4
 
 
 def test_method_defaults_fill_in_their_config():

@@ -65,13 +65,15 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
             {"head_lr": None}, {"priming_epochs": None, "probe_epochs": None}),
     "lr1e-3": ("Learner rate 1e-3 (the default from 2 steps per class up)", {"lr": 1e-3}, {}),
     "rank32": ("Learner rank 32 (hidden / 12, the default from 2 steps per class up)", {}, {"rank": 32}),
-    "full-lib": ("full fine-tuning at the library's defaults (body 5e-5; head from the budget, default_head_lr)",
-                 {"method": "full", "head_lr": None}, None),
+    "full-lib": ("full fine-tuning at the library's defaults (body DEFAULT_LR['full']; head from the budget, "
+                 "default_head_lr)", {"method": "full", "head_lr": None}, None),
+    "full-5e-5": ("full fine-tuning, body at 5e-5 (the library's default before FinetuneConfig version 3), head from "
+                  "the budget (default_head_lr)", {"method": "full", "lr": 5e-5, "head_lr": None}, None),
     "full-body": ("full fine-tuning, body at its tuned rate 1.6e-4, head from the budget (default_head_lr)",
                   {"method": "full", "lr": 1.6e-4, "head_lr": None}, None),
     "far": ("FAR at its tuned rates (body 1.6e-4, head 6.4e-3)", {"method": "far", "lr": 1.6e-4, "head_lr": 6.4e-3}, None),
 }
-REFERENCES = ("full", "full-lib", "full-body", "far")
+REFERENCES = ("full", "full-lib", "full-5e-5", "full-body", "far")
 
 
 def combine(names: list[str]) -> tuple[str, dict, dict]:

@@ -58,11 +58,16 @@ SHORT_RANK_DIVISOR = 8
 
 
 def rates_by_method(rates: dict[str, float]) -> str:
-    """``{"full": 5e-5, "learner": 1e-3, ...}`` -> ``"5e-05 full/..., 0.001 learner/..."``."""
+    """``{"full": 1.6e-4, "far": 5e-5, "learner": 1e-3, ...}`` -> ``"1.6e-4 full, 5e-5 far/..., 1e-3 learner/..."``."""
     by_rate: dict[float, list[str]] = {}
     for method, rate in rates.items():
         by_rate.setdefault(rate, []).append(method)
-    return ", ".join(f"{rate:g} {'/'.join(methods)}" for rate, methods in by_rate.items())
+    return ", ".join(f"{_short_rate(rate)} {'/'.join(methods)}" for rate, methods in by_rate.items())
+
+
+def _short_rate(rate: float) -> str:
+    mant, exp = f"{rate:.1e}".split("e")
+    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
 
 
 @dataclass(frozen=True)

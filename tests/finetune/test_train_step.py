@@ -100,3 +100,15 @@ def test_bench_step_timing_times_the_library_step(synth_task_dir, tiny_model_dir
     assert prof["full_groups_ms"]["forward: Learner factors"] == 0
     text = "\n".join(bench.step_lines({**doc, "threads": 1, "batch_size": 8, "max_seq_len": 16}, profile=True))
     assert "train_step" in text and "Where the Learner step goes" in text
+
+
+def test_bench_report_names_the_default_rates_the_runs_trained_with():
+    """A report rebuilt after a default changed names the body rates its runs at the defaults used, not today's."""
+    from tools.bench import finetune as bench
+
+    default, swept = "lr=default,head=default", "lr=1.6e-4,head=default"
+    rows = [{"variant": "full", "setting": default, "lr": {"body": 5e-5, "head": 2e-3}},
+            {"variant": "learner", "setting": default, "lr": {"body": 1e-3, "head": 2e-3, "priming": 5e-5}},
+            {"variant": "full", "setting": swept, "lr": {"body": 1.6e-4, "head": 2e-3}}]
+    assert bench.body_defaults_as_run(rows) == "5e-5 full, 1e-3 learner"
+    assert bench.body_defaults_as_run(rows[2:]) is None

@@ -413,8 +413,24 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
     return out
 
 
+def body_defaults_as_run(rows: list[dict]) -> str | None:
+    """The body rates the rows at the default setting trained with, per method ("5e-5 full, 1e-3 learner"): the runs
+    record them, so a report rebuilt after a default changed still names what ran."""
+    ran: dict[str, float] = {}
+    for r in rows:
+        if r["setting"] == setting_name((DEFAULT, DEFAULT)) and "body" in r.get("lr", {}):
+            ran.setdefault(VARIANTS[r["variant"]][0], r["lr"]["body"])
+    return ", ".join(f"{_rate(v)} {k}" for k, v in ran.items()) or None
+
+
+def _rate(x: float) -> str:
+    mant, exp = f"{x:.1e}".split("e")
+    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
 def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped: list[str] = ()) -> str:
     best = chosen(rows)
+    as_run = body_defaults_as_run(rows)
     lines = [
         "# Fine-tuning methods on MiniLM-L6",
         "",
@@ -425,7 +441,7 @@ def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped
         + "; ".join(f"{t} {v}" for t, v in sorted(meta.get("rows", {}).items()))
         + "".join(f"; {t} is the folder {d}" for t, d in sorted(meta.get("task_dirs", {}).items()))
         + ". Learning rates are the library defaults "
-        f"(body {meta.get('default_lr', '5e-05 full/far/freeze-ffn, 0.001 learner/bitfit')}; head = classifier + pooler at "
+        f"(body {f'{as_run}, as the runs at the defaults record' if as_run else meta.get('default_lr', '5e-05 full/far/freeze-ffn, 0.001 learner/bitfit')}; head = classifier + pooler at "
         f"{meta.get('default_head_lr', 2e-3):g}" + (f", {meta['short_head_lr']:g} on a budget short for the classes"
                                                   if meta.get("short_head_lr") else "") + "; Learner "
         + (f"priming {meta['priming_epochs']} epoch at 5e-5" if meta["priming_epochs"] != "schedule" else

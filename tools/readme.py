@@ -2074,7 +2074,36 @@ def recovery(r: Results) -> str:
         for name in sorted(longer["tasks"]):
             body = mod.task_markdown(longer["tasks"][name])
             parts.append("\n".join(["#### " + body[0][3:] + " (1,200 steps)", *body[1:]]).strip())
+        if r.has(RECOVERY_COMPRESS_TEACHERS):
+            parts.append(_recovery_from_compress_teachers(r(RECOVERY_COMPRESS_TEACHERS), drops))
     return "\n\n".join(parts)
+
+
+RECOVERY_COMPRESS_TEACHERS = "recovery-1200-compress-70"
+
+
+def _recovery_from_compress_teachers(d: dict, prior_drops: dict) -> str:
+    """The long recovery at 70% from the teachers compress fine-tunes, against the prior's row from weaker teachers."""
+    items, errs = [], []
+    for name, t in sorted(d["tasks"].items()):
+        c = t["teacher"].get("config", {})
+        for row in (x for x in t["rows"] if x.get("chosen")):
+            drop = 100 * (t["teacher"]["val_accuracy"] - row["val_accuracy"])
+            prior = prior_drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
+            if prior is not None:
+                errs.append(f"{'optimistic' if prior < drop else 'pessimistic'} for {TASK.get(name, name)} by "
+                            f"{abs(drop - prior):.2f}")
+            items.append(f"{TASK.get(name, name)}, {row['method']} {100 * row['sparsity']:.0f}%: the teacher ({c.get('method')}, "
+                         f"{c.get('max_steps')} steps) {pct(t['teacher']['val_accuracy'])}% on validation, recovered "
+                         f"{pct(row['val_accuracy'])}%, a drop of {num(drop, 2)} points (dev {pct(row['dev_accuracy'])}% against "
+                         f"{pct(t['teacher']['dev_accuracy'])}%)"
+                         + ("" if prior is None else f"; the prior's row, from the weaker teacher, says {num(prior, 2)}"))
+    verdict = f"so at this sparsity the prior's long rows are {' and '.join(errs)} points" if errs else ""
+    return paragraph(f"""
+        **The long recovery from the teachers `compress` fine-tunes** (`tools/bench/recovery.py --teacher compress
+        --steps 1200`, `results/{RECOVERY_COMPRESS_TEACHERS}.{{json,md}}`), at 70% only: {'; '.join(items)}{'; ' + verdict if
+        verdict else ''}. A negative drop is a student that beat its teacher. The prior keeps the weaker teachers' rows
+        until every sparsity it offers is measured this way.""")
 
 
 @section("sdk-sizes")

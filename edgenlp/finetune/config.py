@@ -62,10 +62,11 @@ def rates_by_method(rates: dict[str, float]) -> str:
     by_rate: dict[float, list[str]] = {}
     for method, rate in rates.items():
         by_rate.setdefault(rate, []).append(method)
-    return ", ".join(f"{_short_rate(rate)} {'/'.join(methods)}" for rate, methods in by_rate.items())
+    return ", ".join(f"{format_rate(rate)} {'/'.join(methods)}" for rate, methods in by_rate.items())
 
 
-def _short_rate(rate: float) -> str:
+def format_rate(rate: float) -> str:
+    """A learning rate as people write it: 1.6e-4, 5e-5, 1e-3."""
     mant, exp = f"{rate:.1e}".split("e")
     return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
 

@@ -420,12 +420,9 @@ def body_defaults_as_run(rows: list[dict]) -> str | None:
     for r in rows:
         if r["setting"] == setting_name((DEFAULT, DEFAULT)) and "body" in r.get("lr", {}):
             ran.setdefault(VARIANTS[r["variant"]][0], r["lr"]["body"])
-    return ", ".join(f"{_rate(v)} {k}" for k, v in ran.items()) or None
+    from edgenlp.finetune.config import format_rate
 
-
-def _rate(x: float) -> str:
-    mant, exp = f"{x:.1e}".split("e")
-    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
+    return ", ".join(f"{format_rate(v)} {k}" for k, v in ran.items()) or None
 
 
 def markdown(rows: list[dict], meta: dict, steps: dict | None = None, *, skipped: list[str] = ()) -> str:

@@ -265,14 +265,10 @@ CURVES = {
 }
 
 
-def _rate(x: float) -> str:
-    """5e-5, 1.6e-4: a learning rate as the README writes it."""
-    mant, exp = f"{x:.1e}".split("e")
-    return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
-
-
 def curve_data() -> dict | None:
     """Per task: dev accuracy after each epoch against steps and training seconds, seed 0, for full, FAR and Learner."""
+    from edgenlp.finetune.config import format_rate
+
     out = {}
     for task, sources in CURVES.items():
         series: dict[str, dict[str, list]] = {}
@@ -293,7 +289,8 @@ def curve_data() -> dict | None:
                 if b["variant"] == "learner":  # its rates follow the schedule; the setting says whether it was swept
                     label = b["variant"] + ("" if b["setting"] == D else f" ({b['setting']})") + suffix
                 else:  # the rates the run trained at: "defaults" named different rates in different versions
-                    label = f"{b['variant']} (body {_rate(run['lr']['body'])}, head {_rate(run['lr']['head'])}){suffix}"
+                    label = (f"{b['variant']} (body {format_rate(run['lr']['body'])}, "
+                             f"head {format_rate(run['lr']['head'])}){suffix}")
                 series[label] = {"steps": [e["steps"] for e in run["epochs"]], "train_s": wall,
                                  "defaults": b["setting"] == D and not suffix,
                                  "dev": [round(100 * e["dev"]["accuracy"], 2) for e in run["epochs"]]}

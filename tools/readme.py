@@ -2079,31 +2079,35 @@ def recovery(r: Results) -> str:
     return "\n\n".join(parts)
 
 
-RECOVERY_COMPRESS_TEACHERS = "recovery-1200-compress-70"
+RECOVERY_COMPRESS_TEACHERS = "recovery-1200-compress"
 
 
 def _recovery_from_compress_teachers(d: dict, prior_drops: dict) -> str:
-    """The long recovery at 70% from the teachers compress fine-tunes, against the prior's row from weaker teachers."""
-    items, errs = [], []
+    """The long recovery from the teachers compress fine-tunes, against the prior's rows from weaker teachers."""
+    rows, errs, teachers = [], [], []
+    measured = sorted({row["sparsity"] for t in d["tasks"].values() for row in t["rows"] if row.get("chosen")})
     for name, t in sorted(d["tasks"].items()):
         c = t["teacher"].get("config", {})
-        for row in (x for x in t["rows"] if x.get("chosen")):
+        teachers.append(f"{TASK.get(name, name)} {c.get('method')}, {c.get('max_steps')} steps: "
+                        f"{pct(t['teacher']['val_accuracy'])}% on {t['val_rows']:,} validation rows, "
+                        f"{pct(t['teacher']['dev_accuracy'])}% on dev")
+        for row in sorted((x for x in t["rows"] if x.get("chosen")), key=lambda x: x["sparsity"]):
             drop = 100 * (t["teacher"]["val_accuracy"] - row["val_accuracy"])
             prior = prior_drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
-            if prior is not None:
-                errs.append(f"{'optimistic' if prior < drop else 'pessimistic'} for {TASK.get(name, name)} by "
-                            f"{abs(drop - prior):.2f}")
-            items.append(f"{TASK.get(name, name)}, {row['method']} {100 * row['sparsity']:.0f}%: the teacher ({c.get('method')}, "
-                         f"{c.get('max_steps')} steps) {pct(t['teacher']['val_accuracy'])}% on validation, recovered "
-                         f"{pct(row['val_accuracy'])}%, a drop of {num(drop, 2)} points (dev {pct(row['dev_accuracy'])}% against "
-                         f"{pct(t['teacher']['dev_accuracy'])}%)"
-                         + ("" if prior is None else f"; the prior's row, from the weaker teacher, says {num(prior, 2)}"))
-    verdict = f"so at this sparsity the prior's long rows are {' and '.join(errs)} points" if errs else ""
-    return paragraph(f"""
+            if prior is not None and abs(drop - prior) >= 0.005:
+                errs.append(f"{'optimistic' if prior < drop else 'pessimistic'} by {abs(drop - prior):.2f} points for "
+                            f"{TASK.get(name, name)} at {100 * row['sparsity']:.0f}%")
+            rows.append([TASK.get(name, name), f"{row['method']} {100 * row['sparsity']:.0f}%", f"{pct(row['val_accuracy'])}%",
+                         num(drop, 2), f"{pct(row['dev_accuracy'])}% ({pts(100 * (row['dev_accuracy'] - t['teacher']['dev_accuracy']))})",
+                         "–" if prior is None else num(prior, 2)])
+    tab = table(["task", "pruning", "recovered, validation", "drop on validation (points)", "recovered, dev (Δ)",
+                 "the prior's drop (weaker teacher)"], ["l", "l", "r", "r", "r", "r"], rows)
+    return "\n\n".join([paragraph(f"""
         **The long recovery from the teachers `compress` fine-tunes** (`tools/bench/recovery.py --teacher compress
-        --steps 1200`, `results/{RECOVERY_COMPRESS_TEACHERS}.{{json,md}}`), at 70% only: {'; '.join(items)}{'; ' + verdict if
-        verdict else ''}. A negative drop is a student that beat its teacher. The prior keeps the weaker teachers' rows
-        until every sparsity it offers is measured this way.""")
+        --steps 1200`, `results/{RECOVERY_COMPRESS_TEACHERS}.{{json,md}}`), at {', '.join(f'{100 * x:.0f}%' for x in measured)};
+        the teachers: {'; '.join(teachers)}. A negative drop is a student that beat its teacher.
+        {'Against these, the prior' + chr(39) + 's long rows are ' + ', '.join(errs) + '. ' if errs else ''}The prior keeps
+        the weaker teachers' rows until every sparsity it offers at this budget is measured this way."""), tab])
 
 
 @section("sdk-sizes")

@@ -203,10 +203,10 @@ def bullets(items: list) -> str:
 
 
 def lr(x: float) -> str:
-    """A learning rate as the README writes it: 5e-5, 1.6e-4."""
-    mant, exp = f"{x:.1e}".split("e")
-    mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{int(exp)}"
+    """A learning rate as the README writes it: 5e-5, 1.6e-4 (the library's own formatter, as in the CLI help)."""
+    from edgenlp.finetune.config import format_rate
+
+    return format_rate(x)
 
 
 def verdict(ok: bool, yes: str = "holds", no: str = "misses") -> str:

@@ -416,12 +416,12 @@ def targets(rows: list[dict], steps: dict | None = None) -> list[str]:
 def body_defaults_as_run(rows: list[dict]) -> str | None:
     """The body rates the rows at the default setting trained with, per method ("5e-5 full, 1e-3 learner"): the runs
     record them, so a report rebuilt after a default changed still names what ran."""
+    from edgenlp.finetune.config import format_rate
+
     ran: dict[str, float] = {}
     for r in rows:
         if r["setting"] == setting_name((DEFAULT, DEFAULT)) and "body" in r.get("lr", {}):
             ran.setdefault(VARIANTS[r["variant"]][0], r["lr"]["body"])
-    from edgenlp.finetune.config import format_rate
-
     return ", ".join(f"{format_rate(v)} {k}" for k, v in ran.items()) or None
 
 

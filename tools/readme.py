@@ -2050,40 +2050,50 @@ def recovery(r: Results) -> str:
                     "the weaker teachers' ("
                     + "; ".join(f"{t}: {mod.teacher_text(v)}, {pct(v['teacher']['val_accuracy'])}% on validation"
                                 for t, v in sorted(longer["tasks"].items()))
-                    + "; not yet measured again from the teacher `compress` fine-tunes, so these rows are "
-                    "optimistic where a student beat its teacher)")
+                    + ("; measured again below from the teachers `compress` fine-tunes, the rows the prior reads)"
+                       if r.has(RECOVERY_COMPRESS_TEACHERS) else
+                       "; not yet measured again from the teacher `compress` fine-tunes, so these rows are "
+                       "optimistic where a student beat its teacher)"))
         offered = ", ".join(f"{100 * x:.0f}%" for x in sparsities)
 
-        # the drops the prior reads (tools/bench/accuracy_prior.py), per results file, sparsity and task
+        # the drops as the prior reads them (tools/bench/accuracy_prior.py), per results file, sparsity and task; every
+        # file read alone (two files at one budget are one budget measured twice), whether the prior reads it or not
+        prior_mod = _bench_module("accuracy_prior")
         drops = {(row["source"].rsplit("/", 1)[-1], row["sparsity"]): row["measured"]
-                 for row in _bench_module("accuracy_prior").recovery_rows() if row["method"] == "fast"}
+                 for name in ("recovery.json", "recovery-1200.json", f"{RECOVERY_COMPRESS_TEACHERS}.json")
+                 if (RESULTS / name).is_file()
+                 for row in prior_mod.recovery_rows((name,)) if row["method"] == "fast"}
+        long_file = next(f for f in prior_mod.RECOVERY_FILES if f != "recovery.json")
 
         def val_drop(name: str, sparsity: float) -> str:
             return " / ".join(f"{v:.2f}" if (v := drops.get((name, sparsity), {}).get(t)) is not None else "–"
                               for t in ("sst2", "banking77"))
 
+        prior_reads = (", and the accuracy prior takes these rows at it" if long_file == "recovery-1200.json" else
+                       f" (the accuracy prior reads `results/{long_file}` at it, below)")
         compared = "; ".join(f"{100 * x:.0f}%: {val_drop('recovery.json', x)} → {val_drop('recovery-1200.json', x)}"
                              for x in sparsities)
         parts.append(paragraph(f"""
             **A longer recovery** (`tools/bench/recovery.py --steps 1200 --recovery-rows 32000`,
             `results/recovery-1200.{{json,md}}`): {teachers} prunings distilled for 1,200 steps on up to 32,000 training rows
             (banking77 has fewer: all of its training rows but the validation ones). `compress --recovery long` spends this
-            budget, and the accuracy prior takes these rows at it: with it the planner offers `fast` at {offered}, the
-            sparsities measured here. Validation drop against each file's teacher, SST-2 / banking77, short → long recovery:
-            {compared}."""))
+            budget{prior_reads}: with it the planner offers `fast` at {offered}, the sparsities measured here. Validation
+            drop against each file's teacher, SST-2 / banking77, short → long recovery: {compared}."""))
         for name in sorted(longer["tasks"]):
             body = mod.task_markdown(longer["tasks"][name])
             parts.append("\n".join(["#### " + body[0][3:] + " (1,200 steps)", *body[1:]]).strip())
         if r.has(RECOVERY_COMPRESS_TEACHERS):
-            parts.append(_recovery_from_compress_teachers(r(RECOVERY_COMPRESS_TEACHERS), drops))
+            parts.append(_recovery_from_compress_teachers(r(RECOVERY_COMPRESS_TEACHERS), drops,
+                                                          read=long_file == f"{RECOVERY_COMPRESS_TEACHERS}.json"))
     return "\n\n".join(parts)
 
 
 RECOVERY_COMPRESS_TEACHERS = "recovery-1200-compress"
 
 
-def _recovery_from_compress_teachers(d: dict, prior_drops: dict) -> str:
-    """The long recovery from the teachers compress fine-tunes, against the prior's rows from weaker teachers."""
+def _recovery_from_compress_teachers(d: dict, drops: dict, *, read: bool) -> str:
+    """The long recovery from the teachers compress fine-tunes, against the same budget from weaker teachers
+    (recovery-1200.json); ``read``: the accuracy prior reads these rows (else it still reads the weaker ones)."""
     rows, errs, teachers = [], [], []
     measured = sorted({row["sparsity"] for t in d["tasks"].values() for row in t["rows"] if row.get("chosen")})
     for name, t in sorted(d["tasks"].items()):
@@ -2093,7 +2103,7 @@ def _recovery_from_compress_teachers(d: dict, prior_drops: dict) -> str:
                         f"{pct(t['teacher']['dev_accuracy'])}% on dev")
         for row in sorted((x for x in t["rows"] if x.get("chosen")), key=lambda x: x["sparsity"]):
             drop = 100 * (t["teacher"]["val_accuracy"] - row["val_accuracy"])
-            prior = prior_drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
+            prior = drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
             if prior is not None and abs(drop - prior) >= 0.005:
                 errs.append(f"{'optimistic' if prior < drop else 'pessimistic'} by {abs(drop - prior):.2f} points for "
                             f"{TASK.get(name, name)} at {100 * row['sparsity']:.0f}%")
@@ -2101,13 +2111,19 @@ def _recovery_from_compress_teachers(d: dict, prior_drops: dict) -> str:
                          num(drop, 2), f"{pct(row['dev_accuracy'])}% ({pts(100 * (row['dev_accuracy'] - t['teacher']['dev_accuracy']))})",
                          "–" if prior is None else num(prior, 2)])
     tab = table(["task", "pruning", "recovered, validation", "drop on validation (points)", "recovered, dev (Δ)",
-                 "the prior's drop (weaker teacher)"], ["l", "l", "r", "r", "r", "r"], rows)
+                 "drop from the weaker teacher" + ("" if read else " (the prior's)")], ["l", "l", "r", "r", "r", "r"], rows)
+    if read:
+        verdict = ("The weaker teachers' rows were " + ", ".join(errs) + "; the prior now reads these rows instead "
+                   "(`tools/bench/accuracy_prior.py`), so `compress --recovery long` plans from the teachers it "
+                   "fine-tunes." if errs else "The prior reads these rows.")
+    else:
+        verdict = (("Against these, the prior's long rows are " + ", ".join(errs) + ". " if errs else "")
+                   + "The prior keeps the weaker teachers' rows until every sparsity it offers at this budget is measured "
+                   "this way.")
     return "\n\n".join([paragraph(f"""
         **The long recovery from the teachers `compress` fine-tunes** (`tools/bench/recovery.py --teacher compress
         --steps 1200`, `results/{RECOVERY_COMPRESS_TEACHERS}.{{json,md}}`), at {', '.join(f'{100 * x:.0f}%' for x in measured)};
-        the teachers: {'; '.join(teachers)}. A negative drop is a student that beat its teacher.
-        {'Against these, the prior' + chr(39) + 's long rows are ' + ', '.join(errs) + '. ' if errs else ''}The prior keeps
-        the weaker teachers' rows until every sparsity it offers at this budget is measured this way."""), tab])
+        the teachers: {'; '.join(teachers)}. A negative drop is a student that beat its teacher. {verdict}"""), tab])
 
 
 @section("sdk-sizes")

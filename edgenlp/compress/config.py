@@ -153,7 +153,9 @@ _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs
 _RECOVERY = (("train_limit", 8000), ("epochs", 100.0), ("max_steps", 300), ("max_seq_len", 64), ("lr", 2e-4))
 # compress --recovery long: 1,200 steps of 32 on up to 32,000 training rows at the same rate, the budget
 # tools/bench/recovery_budget.py chose on validation rows held out of train (after fast at 60% and 70% it recovered
-# more than a point the short budget left); the prior's rows for it: recovery-1200.json (tools/bench/recovery.py).
+# more than a point the short budget left); the prior's rows for it: recovery-1200-compress.json (tools/bench/recovery.py
+# --teacher compress: from the teachers compress fine-tunes; recovery-1200.json's weaker teachers were beaten by their
+# students on SST-2, which made those rows optimistic).
 _RECOVERY_LONG = (("train_limit", 32000), ("epochs", 100.0), ("max_steps", 1200), ("max_seq_len", 64), ("lr", 2e-4))
 RECOVERY_BUDGETS = {"short": _RECOVERY, "long": _RECOVERY_LONG}
 RECOVERY_NAMES = tuple(RECOVERY_BUDGETS)  # what --recovery may name

@@ -108,7 +108,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     """Run the planner for this model and preset; a JSON document with the chosen and every considered candidate.
 
     The accuracy prior counts only rows measured at the budgets the preset
-    spends on each pruning method; a method is offered at its measured
+    spends on each pruning method, with a built-in task's own drops where it
+    measured them (the mean over tasks otherwise); a method is offered at its measured
     sparsities only, and not at all without rows (``not_offered``). ``why``
     says why the chosen candidate won on ``objective``. ``shortlist`` holds
     the ``measure`` best fitting candidates, the chosen one first.
@@ -126,7 +127,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
     from edgenlp.targets.planner import SPARSE_PRECISIONS, default_space, plan, structured_key
     from edgenlp.targets.prior import AccuracyModel
 
-    acc = AccuracyModel(budgets=preset.prune_budget_map())
+    # a built-in task is the data the prior's rows measured: its own rows predict it (not the mean over tasks)
+    acc = AccuracyModel(budgets=preset.prune_budget_map(), task=task.name if getattr(task, "builtin", False) else None)
     if measured:
         acc = acc.with_measured_candidates(measured)
     methods = [m for m in preset.prune_methods if acc.sparsities(m)]
@@ -167,7 +169,8 @@ def plan_for_compress(target, budgets, *, shape, num_labels: int, preset, exclud
             "why": result.choice.to_dict() if result.choice else None,
             "prior": {"budgets": preset.prune_budget_map(), "methods_offered": methods,
                       "methods_without_rows": unmeasured, "block_sparsities_offered": list(blocks),
-                      "tolerance_points": round(acc.tolerance(max_drop), 4)},
+                      "tolerance_points": round(acc.tolerance(max_drop), 4),
+                      "task": acc.task, "task_rows": acc.task_rows()},
             "not_offered": len(result.not_offered), "latency_stat": budgets.latency_stat,
             "trimmed_vocab_size": trimmed_vocab_size,
             "exit_stats": exit_stats.to_dict() if exit_stats is not None else None}

@@ -219,8 +219,10 @@ def markdown(s: dict, plots: list[tuple[str, str]]) -> str:
         chosen_prior = prior.get("chosen") or {}
         if chosen_prior:
             src = ", ".join(f"`{x}`" for x in chosen_prior.get("sources", [])) or "-"
-            lines += [f"The predicted drop is {chosen_prior.get('basis', 'measured')} (accuracy prior rows from {src})"
-                      + (f"; {chosen_prior['note']}" if chosen_prior.get("note") else "") + "."]
+            whose = (f"{prior['task']}'s own drops, measured on this task" if prior.get("task_rows") else
+                     "the mean over the tasks the prior measured, not this one")
+            lines += [f"The predicted drop is {chosen_prior.get('basis', 'measured')} (accuracy prior rows from {src}; "
+                      f"{whose})" + (f"; {chosen_prior['note']}" if chosen_prior.get("note") else "") + "."]
         if prior.get("methods_without_rows"):
             lines += [f"Not offered: {', '.join(prior['methods_without_rows'])} (no measured prior row at the budget this "
                       "preset spends)."]

@@ -90,6 +90,7 @@ class TaskData:
     train: Split
     dev: Split
     primary_metric: str = "accuracy"
+    builtin: bool = False  # loaded by a built-in task's name (its data is the data the benchmarks measured)
 
     @property
     def num_labels(self) -> int:
@@ -115,7 +116,7 @@ class TaskData:
         val = self.train.take(sorted(random.Random(seed).sample(eligible, rows)))
         held = set(zip(val.texts, val.labels))
         keep = [i for i, row in enumerate(zip(self.train.texts, self.train.labels)) if row not in held]
-        return TaskData(self.name, self.labels, self.train.take(keep), val, self.primary_metric), val
+        return TaskData(self.name, self.labels, self.train.take(keep), val, self.primary_metric, self.builtin), val
 
     def to_dict(self) -> dict:
         return {
@@ -220,4 +221,5 @@ def load_task(task: str | Path, *, data_dir: str | Path | None = None) -> TaskDa
     if len(labels) < 2:
         raise DataError(f"{train.path}: needs at least 2 distinct labels, found {len(labels)}")
     dev.label_ids(labels)  # unknown dev labels are an error naming the row
-    return TaskData(name, labels, train, dev, metric)
+    builtin = str(task) in BUILTIN_TASKS and not Path(str(task)).is_dir()  # as resolve_task_dir decided
+    return TaskData(name, labels, train, dev, metric, builtin)

@@ -18,7 +18,9 @@ says how it got there (:class:`PriorPoint`): ``measured``, ``interpolated``
 between two measured sparsities, ``extrapolated`` beyond them, or
 ``unmeasured`` (no row: the planner does not offer the candidate). Given the
 budgets ``compress`` spends per method (``budgets``), only rows measured at
-exactly those budgets count::
+exactly those budgets count. Given a ``task`` the prior measured (a built-in
+benchmark task), each row that holds that task's own drop predicts with it
+instead of the mean over tasks (``drop_mean`` keeps the mean)::
 
     acc = AccuracyModel(baseline=91.3, budgets={"fast": {"samples": 1024, "max_seq_len": 64,
                                                          "epochs": 0.0, "finetune_epochs": 0.0}})
@@ -90,15 +92,23 @@ class AccuracyModel:
     has the most rows at (the first such in the file on a tie), and says so
     in :meth:`budget_of`. ``baseline`` is the uncompressed fine-tuned model's
     dev accuracy (%); left at 100 the predictions read as "100 minus the drop".
+    ``task``: the task being planned, by the name the prior's rows measure it
+    under (only a built-in task's data is the data they measured: see
+    :attr:`edgenlp.data.tasks.TaskData.builtin`). A row measured on it
+    predicts that task's own drop; a row measured on other tasks only, and
+    every row for a task the prior never measured, their mean.
     """
 
     def __init__(self, table: dict | None = None, *, baseline: float = 100.0,
-                 budgets: Mapping[str, Mapping[str, Any]] | None = None) -> None:  # fmt: skip
+                 budgets: Mapping[str, Mapping[str, Any]] | None = None, task: str | None = None) -> None:  # fmt: skip
         self.table = json.loads(json.dumps(table if table is not None else load_prior()))
         self.baseline = float(baseline)
         self.budgets = {m: dict(b) for m, b in budgets.items()} if budgets is not None else None
+        self.task = task
         for kind in ("prune", "bits", "embeddings", "trim_vocab", "block_sparsity"):
             self.table.setdefault(kind, [])
+            for r in self.table[kind]:
+                _use_task_drop(r, task)
         for r in self.table["prune"]:
             if not {"method", "sparsity", "drop"} <= set(r) or not 0.0 < float(r["sparsity"]) < 1.0:
                 raise ValueError(f"accuracy prior: prune row {r} needs method, a sparsity in (0, 1) and drop")
@@ -120,7 +130,7 @@ class AccuracyModel:
         replaces the drop composed from the prior's parts; the latest row of a
         candidate wins.
         """
-        out = AccuracyModel(self.table, baseline=self.baseline, budgets=self.budgets)
+        out = AccuracyModel(self.table, baseline=self.baseline, budgets=self.budgets, task=self.task)
         out.measured_candidates = dict(self.measured_candidates)
         for r in rows:
             out.measured_candidates[self.candidate_key(r["candidate"])] = {"drop": float(r["drop"]),
@@ -199,16 +209,17 @@ class AccuracyModel:
         return out + [r for k in ("bits", "embeddings", "trim_vocab") for r in self.table[k]] + list(self._blocks)
 
     def tolerance(self, bound: float | None = None) -> float:
-        """The prior's own spread (points): mean |task drop - row drop| over rows measured on several tasks.
+        """The prior's own spread (points): mean |task drop - row mean| over rows measured on several tasks.
 
-        The prior predicts a row's mean; a task lands this far from it on
-        average. With ``bound`` (the accuracy bound), only rows whose drop is
+        The mean over tasks predicts a task this far off on average. With a
+        measured ``task`` its own rows predict it, but they hold one run's
+        noise; the spread stays the margin either way. With ``bound`` (the accuracy bound), only rows whose drop is
         within it count: the spread where the plan chooses, not that of
         candidates it rules out anyway. Differences in predicted drop smaller
         than this do not rank candidates (:func:`edgenlp.targets.planner.choose`).
         """
-        devs = [abs(float(v) - float(r["drop"])) for r in self.rows() for v in r.get("measured", {}).values()
-                if len(r.get("measured", {})) > 1 and (bound is None or float(r["drop"]) <= bound)]  # fmt: skip
+        devs = [abs(float(v) - float(r["drop_mean"])) for r in self.rows() for v in r.get("measured", {}).values()
+                if len(r.get("measured", {})) > 1 and (bound is None or float(r["drop_mean"]) <= bound)]  # fmt: skip
         return float(np.mean(devs)) if devs else 0.0
 
     # ---- parts
@@ -364,18 +375,33 @@ class AccuracyModel:
                 budget = self.budget_of(m) if self.budget_of(m) is not None else (self.budgets or {}).get(m, {})
                 table["prune"] = [x for x in table["prune"] if not (x["method"] == m and round(float(x["sparsity"]), 6) == s
                                                                     and x.get("budget", {}) == budget)]  # fmt: skip
-                table["prune"].append({"method": m, "sparsity": s, "budget": budget, "drop": float(r["drop"]), "source": src})
+                table["prune"].append({"method": m, "sparsity": s, "budget": budget, "drop": float(r["drop"]), "source": src,
+                                       **({"measured": {self.task: float(r["drop"])}} if self.task else {})})
             else:
                 kind = "bits" if "bits" in r else "embeddings" if "embeddings" in r else None
                 if kind is None:
                     raise ValueError(f"a measured row needs prune_method, bits or embeddings: {r}")
                 table[kind] = [x for x in table[kind] if x.get(kind) != r[kind]]
-                table[kind].append({kind: r[kind], "drop": float(r["drop"]), "source": src})
-        return AccuracyModel(table, baseline=self.baseline, budgets=self.budgets)
+                table[kind].append({kind: r[kind], "drop": float(r["drop"]), "source": src,
+                                    **({"measured": {self.task: float(r["drop"])}} if self.task else {})})
+        return AccuracyModel(table, baseline=self.baseline, budgets=self.budgets, task=self.task)
+
+    def task_rows(self) -> int:
+        """How many rows in use predict with :attr:`task`'s own drop (0: every row is a mean over tasks)."""
+        return sum(1 for r in self.rows() if r.get("drop_of") == self.task) if self.task else 0
 
     def to_dict(self) -> dict:
-        return {"baseline": self.baseline, "budgets": self.budgets, "tolerance_points": round(self.tolerance(), 4),
-                "rows": self.rows()}  # fmt: skip
+        return {"baseline": self.baseline, "budgets": self.budgets, "task": self.task, "task_rows": self.task_rows(),
+                "tolerance_points": round(self.tolerance(), 4), "rows": self.rows()}  # fmt: skip
+
+
+def _use_task_drop(row: dict, task: str | None) -> None:
+    """Make ``row`` predict ``task``'s own measured drop where it has one (``drop_of`` names it; ``drop_mean`` keeps
+    the mean over tasks); otherwise the mean. Idempotent: a copy of a model's table passes through again."""
+    if "drop_mean" not in row:
+        row["drop_mean"] = row["drop"]
+    own = (row.get("measured") or {}).get(task) if task else None
+    row["drop"], row["drop_of"] = (float(own), task) if own is not None else (row["drop_mean"], "mean")
 
 
 def _curve_point(rows: list[dict], key: str, x: float, *, measured: str, about: str, extrapolate: bool) -> PriorPoint:

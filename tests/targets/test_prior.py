@@ -198,3 +198,72 @@ def test_a_measured_pruning_loss_carries_to_every_candidate_pruned_alike():
     # an exits candidate's measured drop includes the exits' own loss: it moves no static candidate
     with_exits = {**built.to_dict(), "exits": True}
     assert acc.with_measured_candidates([{"candidate": with_exits, "drop": 3.0}]).drop(alike) == pytest.approx(acc.drop(alike))
+
+
+def _two_task_table() -> dict:
+    budget = {"samples": 8}
+    return {"schema": "edgenlp.accuracy-prior/1",
+            "prune": [{"method": "fast", "sparsity": 0.5, "budget": budget, "measured": {"a": 1.0, "b": 3.0}, "drop": 2.0,
+                       "source": "x.json"},
+                      {"method": "fast", "sparsity": 0.7, "budget": budget, "measured": {"b": 6.0}, "drop": 6.0,
+                       "source": "y.json"}],
+            "bits": [{"bits": "int8", "measured": {"a": 0.1, "b": 0.5}, "drop": 0.3, "source": "q.json"}]}
+
+
+def test_a_measured_task_is_predicted_by_its_own_rows_and_any_other_by_their_mean():
+    table = _two_task_table()
+    c50, c70 = Candidate(prune_method="fast", sparsity=0.5), Candidate(prune_method="fast", sparsity=0.7)
+    q = Candidate(bits="int8")
+    own = AccuracyModel(table, task="a")
+    assert own.drop(c50) == pytest.approx(1.0) and own.drop(q) == pytest.approx(0.1)
+    assert own.drop(c70) == pytest.approx(6.0)  # measured on b only: the mean of what there is
+    assert AccuracyModel(table, task="b").drop(c50) == pytest.approx(3.0)
+    for other in (AccuracyModel(table), AccuracyModel(table, task="c")):  # no task, or one the prior never measured
+        assert other.drop(c50) == pytest.approx(2.0) and other.drop(q) == pytest.approx(0.3) and other.task_rows() == 0
+    assert own.task_rows() == 2 and own.to_dict()["task"] == "a"
+    # the spread that breaks ties stays the one of the means (a task's own row holds one run's noise)
+    assert own.tolerance() == pytest.approx(AccuracyModel(table).tolerance())
+    # copies keep the task: a measured candidate or a measured row adds to the task's rows, never to the mean's
+    after = own.with_measured_candidates([{"candidate": q.to_dict(), "drop": 0.9}])
+    assert after.task == "a" and after.drop(c50) == pytest.approx(1.0) and after.drop(q) == pytest.approx(0.9)
+    refreshed = own.with_measured([{"prune_method": "fast", "sparsity": 0.7, "drop": 4.0}])
+    assert refreshed.drop(c50) == pytest.approx(1.0) and refreshed.drop(c70) == pytest.approx(4.0)
+    assert table["prune"][0]["drop"] == 2.0  # the caller's table is untouched
+
+
+def test_compress_plans_a_builtin_task_on_its_own_rows_and_a_users_folder_on_the_mean(tmp_path):
+    """Only a built-in task's data is what the prior's rows measured: a user's folder that happens to be named after one
+    (same name, other data) is planned on the mean. The shipped prior's banking77 rows differ from the mean."""
+    from edgenlp.compress.config import PRESETS
+    from edgenlp.compress.planning import plan_for_compress, resolve_budgets
+    from edgenlp.data.tasks import load_task
+    from edgenlp.targets.costmodel import MINILM_L6
+
+    folder = tmp_path / "banking77"
+    folder.mkdir()
+    (folder / "train.tsv").write_text("text\tlabel\na\tx\nb\ty\nc\tx\nd\ty\n")
+    (folder / "dev.tsv").write_text("text\tlabel\ne\tx\nf\ty\n")
+    user = load_task(folder)
+    assert user.name == "banking77" and not user.builtin
+    assert not user.hold_out(1, seed=0)[0].builtin
+    preset = PRESETS["quick"]
+    t = load_target("pixel-7")
+    budgets = resolve_budgets(t, latency_ms=1e3, size_mb=1e3, memory_mb=1e4)
+    builtin = type(user)(user.name, user.labels, user.train, user.dev, user.primary_metric, True)
+    assert builtin.hold_out(1, seed=0)[0].builtin
+    docs = {which: plan_for_compress(t, budgets, shape=MINILM_L6, num_labels=77, preset=preset, excluded=[], task=task,
+                                     max_drop=100.0)
+            for which, task in (("user", user), ("builtin", builtin))}
+    assert docs["user"]["prior"]["task"] is None and docs["user"]["prior"]["task_rows"] == 0
+    assert docs["builtin"]["prior"]["task"] == "banking77" and docs["builtin"]["prior"]["task_rows"] > 0
+    rows = AccuracyModel(budgets=preset.prune_budget_map()).rows()
+    differ = 0
+    for which, want in (("user", lambda r: r["drop_mean"]), ("builtin", lambda r: r["measured"].get("banking77", r["drop"]))):
+        drops = {(c["candidate"]["prune_method"], c["candidate"]["sparsity"]): c["predicted_drop"]
+                 for c in docs[which]["considered"] if c["candidate"]["bits"] == "fp32" and not c["candidate"]["embeddings"]
+                 and not c["candidate"]["trim_vocab"] and not c["candidate"].get("block_sparsity") and not c["candidate"].get("exits")}
+        for r in rows:
+            if "method" in r and (r["method"], r["sparsity"]) in drops:
+                assert drops[(r["method"], r["sparsity"])] == pytest.approx(max(0.0, want(r)), abs=1e-3), (which, r)
+                differ += which == "builtin" and abs(want(r) - r["drop_mean"]) > 0.1
+    assert differ, "the shipped prior's banking77 rows should differ from their means somewhere"

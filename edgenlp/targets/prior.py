@@ -213,9 +213,9 @@ class AccuracyModel:
 
         The mean over tasks predicts a task this far off on average. With a
         measured ``task`` its own rows predict it, but they hold one run's
-        noise; the spread stays the margin either way. With ``bound`` (the accuracy bound), only rows whose drop is
-        within it count: the spread where the plan chooses, not that of
-        candidates it rules out anyway. Differences in predicted drop smaller
+        noise; the spread stays the margin either way. With ``bound`` (the
+        accuracy bound), only rows whose mean is within it count: the spread
+        where the plan chooses, not that of candidates it rules out anyway. Differences in predicted drop smaller
         than this do not rank candidates (:func:`edgenlp.targets.planner.choose`).
         """
         devs = [abs(float(v) - float(r["drop_mean"])) for r in self.rows() for v in r.get("measured", {}).values()

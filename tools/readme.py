@@ -2103,13 +2103,13 @@ def _recovery_from_compress_teachers(d: dict, drops: dict, *, read: bool) -> str
                         f"{pct(t['teacher']['dev_accuracy'])}% on dev")
         for row in sorted((x for x in t["rows"] if x.get("chosen")), key=lambda x: x["sparsity"]):
             drop = 100 * (t["teacher"]["val_accuracy"] - row["val_accuracy"])
-            prior = drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
-            if prior is not None and abs(drop - prior) >= 0.005:
-                errs.append(f"{'optimistic' if prior < drop else 'pessimistic'} by {abs(drop - prior):.2f} points for "
+            weaker = drops.get(("recovery-1200.json", row["sparsity"]), {}).get(name)
+            if weaker is not None and abs(drop - weaker) >= 0.005:
+                errs.append(f"{'optimistic' if weaker < drop else 'pessimistic'} by {abs(drop - weaker):.2f} points for "
                             f"{TASK.get(name, name)} at {100 * row['sparsity']:.0f}%")
             rows.append([TASK.get(name, name), f"{row['method']} {100 * row['sparsity']:.0f}%", f"{pct(row['val_accuracy'])}%",
                          num(drop, 2), f"{pct(row['dev_accuracy'])}% ({pts(100 * (row['dev_accuracy'] - t['teacher']['dev_accuracy']))})",
-                         "–" if prior is None else num(prior, 2)])
+                         "–" if weaker is None else num(weaker, 2)])
     tab = table(["task", "pruning", "recovered, validation", "drop on validation (points)", "recovered, dev (Δ)",
                  "drop from the weaker teacher" + ("" if read else " (the prior's)")], ["l", "l", "r", "r", "r", "r"], rows)
     if read:

@@ -13,8 +13,8 @@ the row's drop). No number is typed here: rerun this after a benchmark rerun.
 * pruning then recovery distillation: ``recovery.json`` (the short recovery) and
   ``recovery-1200-compress.json`` (the long one, from the teachers ``compress``
   fine-tunes; ``recovery-1200.json``, the same from weaker teachers, is no
-  longer read) (``tools/bench/recovery.py``, one teacher per task and file): the drop of each (method, target sparsity)
-  after the recovery whose learning rate that run chose on its validation
+  longer read) (``tools/bench/recovery.py``, one teacher per task and file):
+  the drop of each (method, target sparsity) after the recovery whose learning rate that run chose on its validation
   split (the row marked ``chosen``), measured on that validation split (rows
   held out of train: what ``compress``'s measured planning checks a
   candidate on; the other rows are dev drops, their benchmarks hold no

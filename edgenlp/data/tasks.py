@@ -191,10 +191,15 @@ def read_tsv(path: str | Path) -> Split:
     return Split(tuple(texts), tuple(labels), str(path))
 
 
+def is_builtin(task: str | Path) -> bool:
+    """Whether ``task`` names a built-in task (a folder of that name in the working directory is the user's)."""
+    return str(task) in BUILTIN_TASKS and not Path(str(task)).is_dir()
+
+
 def resolve_task_dir(task: str | Path, data_dir: str | Path | None = None) -> tuple[str, Path, str]:
     """(name, folder, primary metric) for a built-in task name or a user's task folder."""
     task_s = str(task)
-    if task_s in BUILTIN_TASKS and not Path(task_s).is_dir():
+    if is_builtin(task_s):
         spec = BUILTIN_TASKS[task_s]
         folder = Path(data_dir) if data_dir else default_data_dir()
         return spec.name, folder / spec.folder, spec.primary_metric
@@ -221,5 +226,4 @@ def load_task(task: str | Path, *, data_dir: str | Path | None = None) -> TaskDa
     if len(labels) < 2:
         raise DataError(f"{train.path}: needs at least 2 distinct labels, found {len(labels)}")
     dev.label_ids(labels)  # unknown dev labels are an error naming the row
-    builtin = str(task) in BUILTIN_TASKS and not Path(str(task)).is_dir()  # as resolve_task_dir decided
-    return TaskData(name, labels, train, dev, metric, builtin)
+    return TaskData(name, labels, train, dev, metric, is_builtin(task))

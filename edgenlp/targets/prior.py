@@ -370,20 +370,20 @@ class AccuracyModel:
         table = json.loads(json.dumps(self.table))
         for r in rows:
             src = r.get("source", source)
+            ours = {"measured": {self.task: float(r["drop"])}} if self.task else {}  # measured on this task
             if "prune_method" in r:
                 m, s = r["prune_method"], round(float(r["sparsity"]), 6)
                 budget = self.budget_of(m) if self.budget_of(m) is not None else (self.budgets or {}).get(m, {})
                 table["prune"] = [x for x in table["prune"] if not (x["method"] == m and round(float(x["sparsity"]), 6) == s
                                                                     and x.get("budget", {}) == budget)]  # fmt: skip
                 table["prune"].append({"method": m, "sparsity": s, "budget": budget, "drop": float(r["drop"]), "source": src,
-                                       **({"measured": {self.task: float(r["drop"])}} if self.task else {})})
+                                       **ours})
             else:
                 kind = "bits" if "bits" in r else "embeddings" if "embeddings" in r else None
                 if kind is None:
                     raise ValueError(f"a measured row needs prune_method, bits or embeddings: {r}")
                 table[kind] = [x for x in table[kind] if x.get(kind) != r[kind]]
-                table[kind].append({kind: r[kind], "drop": float(r["drop"]), "source": src,
-                                    **({"measured": {self.task: float(r["drop"])}} if self.task else {})})
+                table[kind].append({kind: r[kind], "drop": float(r["drop"]), "source": src, **ours})
         return AccuracyModel(table, baseline=self.baseline, budgets=self.budgets, task=self.task)
 
     def task_rows(self) -> int:

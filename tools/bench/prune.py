@@ -22,6 +22,14 @@ A rerun with the same ``--workdir`` reuses finished runs.
         --cofi-tasks sst2 --cofi-train-limit 4000 --budget-min 50 --workdir /tmp/prune-bench
     python tools/bench/prune.py --combine tools/bench/results/prune.json tools/bench/results/prune-cofi.json \\
         --out tools/bench/results/prune-all       # one figure for every method, from runs on any host
+    python tools/bench/prune.py --merge /tmp/cofi/sst2-70-res.json /tmp/cofi/banking77-50-res.json \\
+        --rounds 7 --iters 40 --out tools/bench/results/prune-cofi-compress   # runs trained in parallel, timed together
+
+``--merge`` joins the runs of several results files of this script (each
+trained in its own process, e.g. one run per core) into one document and
+times every bundle again in one process, interleaved, on a quiet machine: the
+latencies the parallel processes measured under each other's load are
+dropped. Every file must have run the same prune budget.
 """
 
 from __future__ import annotations
@@ -314,6 +322,51 @@ def combine(files: list[Path], out: Path) -> None:
     plt.close(fig)
 
 
+# the config keys that must agree between merged files (what a run spent and how it was exported)
+MERGE_SAME = ("cofi_train_limit", "cofi_epochs", "cofi_finetune_epochs", "cofi_mask_lr", "cofi_lagrangian_lr", "cofi_lr",
+              "cofi_no_hidden", "samples", "importance_samples", "max_seq_len", "threads")
+
+
+def merge(files: list[Path], args) -> int:
+    """``--merge``: one results document from several, every bundle timed again here (see the module docstring)."""
+    docs = [json.loads(f.read_text()) for f in files]
+    first = docs[0]
+    for f, d in zip(files[1:], docs[1:]):
+        differ = [k for k in MERGE_SAME if d["config"].get(k) != first["config"].get(k)]
+        if differ:
+            raise SystemExit(f"error: {f} ran another budget than {files[0]} ({', '.join(differ)})")
+    writer = Results(script="prune", threads=1)
+    config = {**first["config"], "rounds": args.rounds, "iters": args.iters, "out": str(args.out),
+              "merged_from": [str(f) for f in files]}
+    for key in ("tasks", "cofi_tasks", "methods"):
+        config[key] = sorted({x for d in docs for x in d["config"][key]})
+    for key in ("sparsities", "cofi_sparsities"):
+        config[key] = sorted({x for d in docs for x in d["config"][key]})
+    results = {"config": config, "isa": first["isa"], "environment": writer.environment,
+               "note": args.note or first.get("note", ""), "published": PUBLISHED, "tasks": {}, "latency": {},
+               "not_run": [x for d in docs for x in d.get("not_run", [])]}
+    bundles: dict[str, Path] = {}
+    for d in docs:
+        for task, t in d["tasks"].items():
+            into = results["tasks"].setdefault(task, {**t, "runs": {}})
+            if into["teacher"] != t["teacher"]:
+                raise SystemExit(f"error: {task} has two teachers: {into['teacher']} and {t['teacher']}")
+            into["baseline"].update(t["baseline"])
+            for name, run in t["runs"].items():
+                if name in into["runs"]:
+                    raise SystemExit(f"error: {task}/{name} is in two of the merged files")
+                into["runs"][name] = run
+                bundles[f"{task}/{name}"] = Path(run["export"]["bundle"])
+            bundles.setdefault(f"{task}/unpruned", Path(d["config"]["workdir"]) / task / "bundle-unpruned")
+    missing = [str(b) for b in bundles.values() if not (b / "model.pte").is_file()]
+    if missing:
+        raise SystemExit(f"error: bundles not found (merge on the machine that trained them): {', '.join(missing)}")
+    log.info("timing %d bundles in one process (%d rounds of %d runs)", len(bundles), args.rounds, args.iters)
+    results["latency"] = measure(bundles, iters=args.iters, rounds=args.rounds)
+    write(results, args.out, writer)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--teachers", type=Path, default=Path("/work/artifacts/teachers"), help="folder with one model dir per task")
@@ -343,11 +396,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=RESULTS / "prune")
     p.add_argument("--combine", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
                    help="only draw every method of these result files on one figure (accuracy change vs speed-up) to --out")
+    p.add_argument("--merge", type=Path, nargs="+", default=None, metavar="RESULTS_JSON",
+                   help="join the runs of these result files (same budget) and time all their bundles again in one process")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     if args.combine:
         combine(args.combine, args.out)
         return 0
+    if args.merge:
+        return merge(args.merge, args)
 
     from edgenlp.data.tasks import load_task
     from edgenlp.utils import isa_flags

@@ -135,8 +135,9 @@ class Preset:
         return out
 
 
-# The budgets tools/bench/prune.py measured (prune.json, prune-cofi-longer.json): fast and importance as the
-# benchmark ran them; CoFi at 5x its short budget (8,000 rows, 3 + 2 epochs), the budget at which it kept accuracy.
+# The budgets tools/bench/prune.py measured (prune.json; prune-cofi-longer.json, then prune-cofi-compress.json from the
+# teachers compress fine-tunes): fast and importance as the benchmark ran them; CoFi at 5x its short budget (8,000
+# rows, 3 + 2 epochs), the budget at which it kept accuracy.
 _FAST = ("fast", (("samples", 1024), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
 _IMPORTANCE = ("importance", (("samples", 512), ("iterations", 4), ("max_seq_len", 64), ("epochs", 0.0), ("finetune_epochs", 0.0)))
 _COFI_LONG = ("cofi", (("train_limit", 8000), ("epochs", 3.0), ("finetune_epochs", 2.0), ("max_seq_len", 64), ("batch_size", 32)))

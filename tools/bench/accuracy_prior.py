@@ -6,8 +6,10 @@ target sparsity; or the two quantization variants whose accuracies differ by
 the row's drop). No number is typed here: rerun this after a benchmark rerun.
 
 * pruning: ``prune.json`` (``fast``, ``importance``), ``prune-cofi.json``
-  (CoFi at its short budget) and ``prune-cofi-longer.json`` (CoFi at 5x that
-  budget): the drop in points of each (method, target sparsity) per task,
+  (CoFi at its short budget) and ``prune-cofi-compress.json`` (CoFi at 5x that
+  budget, the full preset's, from the teachers ``compress`` fine-tunes;
+  ``prune-cofi-longer.json``, SST-2 at 50% from a weaker teacher, is no longer
+  read): the drop in points of each (method, target sparsity) per task,
   with the budget it was measured at (the prune config's knobs that set how
   much data and training it spent; ``compress`` presets spend exactly these);
 * pruning then recovery distillation: ``recovery.json`` (the short recovery) and
@@ -48,7 +50,10 @@ OUT = REPO / "targets" / "accuracy-prior.json"
 SCHEMA = "edgenlp.accuracy-prior/1"
 
 # results file -> the pruning methods read from it (each file measured one budget per method)
-PRUNE_FILES = {"prune.json": ("fast", "importance"), "prune-cofi.json": ("cofi",), "prune-cofi-longer.json": ("cofi",)}
+# CoFi at the full preset's budget is read from prune-cofi-compress.json (the teachers compress fine-tunes, both tasks
+# at 50% and 70%) and no longer from prune-cofi-longer.json (SST-2 50% only, from a weaker teacher at 83.72%), as the
+# long recovery's rows moved to compress's own teachers
+PRUNE_FILES = {"prune.json": ("fast", "importance"), "prune-cofi.json": ("cofi",), "prune-cofi-compress.json": ("cofi",)}
 # the prune config knobs that set a method's budget (how much data and training it spends)
 BUDGET_KEYS = {
     "fast": ("samples", "max_seq_len", "epochs", "finetune_epochs"),

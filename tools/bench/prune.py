@@ -338,9 +338,7 @@ def merge(files: list[Path], args) -> int:
     writer = Results(script="prune", threads=1)
     config = {**first["config"], "rounds": args.rounds, "iters": args.iters, "out": str(args.out),
               "merged_from": [str(f) for f in files]}
-    for key in ("tasks", "cofi_tasks", "methods"):
-        config[key] = sorted({x for d in docs for x in d["config"][key]})
-    for key in ("sparsities", "cofi_sparsities"):
+    for key in ("tasks", "cofi_tasks", "methods", "sparsities", "cofi_sparsities"):
         config[key] = sorted({x for d in docs for x in d["config"][key]})
     results = {"config": config, "isa": first["isa"], "environment": writer.environment,
                "note": args.note or first.get("note", ""), "published": PUBLISHED, "tasks": {}, "latency": {},

@@ -2019,7 +2019,7 @@ def prune_targets(r: Results) -> str:
             f" {lx['hidden']}. Timed in {lcfg['rounds']} interleaved rounds after training, it runs **{lx['speedup_128']:.2f}×** faster"
             f" at seq 128 ({num(lx['ms_128'])} against {num(lunp)} ms) and {lx['speedup_32']:.2f}× at seq 32. {host(longer)} So the short"
             " schedule is what costs CoFi its accuracy here, not the method. The block after this list reruns that budget from the"
-            " teachers `compress` fine-tunes, at 70% on both tasks and at 50% on banking77."),
+            " teachers `compress` fine-tunes, on both tasks at 50% and 70%."),
         (1, f"At 70%, CoFi is {'the best of the three methods on both tasks' if cofi_best70 else 'not the best method on both tasks'}:"
             f" {d('sst2', 'cofi', 0.7)} against `fast` {d('sst2', 'fast', 0.7)} and `importance` {d('sst2', 'importance', 0.7)} on SST-2"
             + (f" (tied with `{ties70[0]}`)" if ties70 else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def _doc(tmp: Path, name: str, task: str, runs: dict[str, tuple[float, float]], 
 
 
 def _args(tmp: Path, **kw):
-    return type("Args", (), {"rounds": 2, "iters": 5, "out": tmp / "merged", "note": "", **kw})()
+    return argparse.Namespace(**{"rounds": 2, "iters": 5, "out": tmp / "merged", "note": "", **kw})
 
 
 @pytest.fixture

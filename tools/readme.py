@@ -1906,14 +1906,14 @@ def prune_cofi_compress(r: Results) -> str:
             continue
         unp = doc["latency"][f"{t}/unpruned"]
         trows.append([TASK[t], "unpruned", "0%", f"{pct(task['baseline']['accuracy'])}%", "", "", "",
-                      f"{num(unp['128']['median_ms'], 2)}", f"{num(unp['32']['median_ms'], 2)}", ""])
+                      num(unp["128"]["median_ms"], 2), num(unp["32"]["median_ms"], 2), ""])
         for x in sorted((x for x in doc["rows"] if x["task"] == t), key=lambda x: x["target"]):
             lim = limits.get(x["target"])
             ok = lim is not None and x["drop_points"] <= lim
             trows.append([TASK[t], f"CoFi {x['target']:.0%}", f"{100 * x['encoder_sparsity']:.1f}%", f"{pct(x['accuracy'])}%",
                           f"**{drop(x['drop_points'])}**" if lim is not None and not ok else drop(x["drop_points"]),
                           f"{x['heads']}, FFN {x['ffn']}, hidden {x['hidden']}",
-                          f"{x['speedup_128']:.2f}× / {x['speedup_32']:.2f}×", f"{num(x['ms_128'], 2)}", f"{num(x['ms_32'], 2)}",
+                          f"{x['speedup_128']:.2f}× / {x['speedup_32']:.2f}×", num(x["ms_128"], 2), num(x["ms_32"], 2),
                           f"{x['wall_s'] / 60:.0f} min"])
             if lim is not None:
                 verdicts.append(f"{TASK[t]} at {x['target']:.0%}: {drop(x['drop_points'])} points (target within {lim:g}:"

@@ -346,7 +346,7 @@ def merge(files: list[Path], args) -> int:
     bundles: dict[str, Path] = {}
     for d in docs:
         for task, t in d["tasks"].items():
-            into = results["tasks"].setdefault(task, {**t, "runs": {}})
+            into = results["tasks"].setdefault(task, {**t, "baseline": {}, "runs": {}})  # not the files' own dicts
             if into["teacher"] != t["teacher"]:
                 raise SystemExit(f"error: {task} has two teachers: {into['teacher']} and {t['teacher']}")
             into["baseline"].update(t["baseline"])

@@ -172,6 +172,8 @@ CASES = [
     case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--tokens", "keep:2", "--out", "{out}",
          message="keep_ratio must be in (0, 1]"),
     case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--tokens", "half", "--out", "{out}", message="--tokens must be"),
+    case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--tokens", "ltp", "--joint-token-drop", "3", "--out", "{out}",
+         message="joint_token_drop trains the backbone"),
     case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--rule", "magic", "--out", "{out}", message="'magic'"),
     case("dynamic", "{model_dir}", "--task", "{tiny_task}", "--out", "{out}", message="no finetune step"),
     case("dynamic", "{ft_model_dir}", "--task", "{tiny_task}", "--val-rows", "100", "--out", "{out}",

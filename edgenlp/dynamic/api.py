@@ -292,15 +292,18 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     report["validation"] = {"static_accuracy": static_acc, "static_flops": s_cost}
     if config.tokens == "ltp":
         budget = config.max_drop * (TOKEN_SHARE_OF_DROP if len(exits) > 1 else 1.0)
-        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, budget, margin_se=config.margin_se,
+        # joint_token_drop: the backbone trains at the (larger) scale that costs that much on the frozen model
+        first = budget if config.joint_token_drop is None else config.joint_token_drop
+        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, first, margin_se=config.margin_se,
                                               pad_id=pad_id, device=dev_name)
-        report["token_calibration"] = {"budget_points": budget, "margin_se": config.margin_se, "scale": scale,
+        report["token_calibration"] = {"budget_points": first, "margin_se": config.margin_se, "scale": scale,
                                        "curve": curve}
-        dyn = dyn.with_spec(replace(spec, token_thresholds=tuple(None if t is None else t * scale for t in thresholds)))
+        dyn = dyn.with_spec(replace(spec, token_thresholds=_scaled(thresholds, scale)))
         spec = dyn.spec
 
-    # 2. exit heads: distilled from the final classifier (frozen backbone), or joint
-    if len(exits) > 1:
+    # 2. exit heads: distilled from the final classifier (frozen backbone), or joint (with exits, or through the
+    #    token pruning alone)
+    if len(exits) > 1 or (config.joint and config.tokens != "none"):
         t0 = time.perf_counter()
         if config.joint:
             history = T.train_joint(dyn, train, teacher, config, pad_id=pad_id, device=dev_name)
@@ -312,6 +315,13 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
             static_trace = trace_split(dyn, val, pad_id=pad_id, device=dev_name, tokens="none")
             report["validation"]["static_accuracy_after_joint"] = float(
                 (static_trace.exit_logits[L].argmax(-1) == val_labels).mean())
+        if config.joint_token_drop is not None:  # trained past the budget: the scale that fits it, on the new backbone
+            dyn = dyn.with_spec(replace(dyn.spec, token_thresholds=thresholds))
+            scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, budget,
+                                                  margin_se=config.margin_se, pad_id=pad_id, device=dev_name)
+            report["token_calibration_after_joint"] = {"budget_points": budget, "margin_se": config.margin_se,
+                                                       "scale": scale, "curve": curve}
+            dyn = dyn.with_spec(replace(dyn.spec, token_thresholds=_scaled(thresholds, scale)))
 
     # 3. the exit threshold
     trace = trace_split(dyn, val, pad_id=pad_id, device=dev_name)
@@ -445,6 +455,11 @@ def _never(rule: str, num_exits: int) -> float:
     return num_exits if rule == "patience" else (1.0 if rule == "maxprob" else 0.0)
 
 
+def _scaled(thresholds: tuple, scale: float) -> tuple:
+    """The learned per-layer token thresholds times ``scale`` (``None``: a layer that never drops tokens)."""
+    return tuple(None if t is None else t * scale for t in thresholds)
+
+
 def _calibrate_token_scale(dyn: DynamicModel, val, labels, static_right, s_cost, budget, *, margin_se: float = 0.0,
                            pad_id, device):
     """The cheapest scale of the learned thresholds whose drop fits ``budget`` points with ``margin_se`` standard
@@ -458,7 +473,7 @@ def _calibrate_token_scale(dyn: DynamicModel, val, labels, static_right, s_cost,
     curve = []
 
     def point(scale: float, *, refined: bool = False) -> dict:
-        th = tuple(None if t is None else t * scale for t in base_th)
+        th = _scaled(base_th, scale)
         t = trace_split(dyn, val, pad_id=pad_id, device=device, thresholds=th)
         right = t.exit_logits[dyn.spec.num_layers].argmax(-1) == labels
         acc = float(right.mean())

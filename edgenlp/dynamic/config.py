@@ -30,7 +30,12 @@ class DynamicConfig(Config):
     every exit's loss and distillation from the unchanged model), through the
     hard token pruning when ``tokens`` prunes, so the layers learn to work on
     the tokens they keep (IMDB at 128 tokens: ``tools/bench/results/dynamic.md``,
-    case imdb128-ltp-exits-joint against imdb128-ltp-exits-m1-3k).
+    case imdb128-ltp-exits-joint against imdb128-ltp-exits-m1-3k). With
+    token pruning and no exits, ``joint`` is LTP's last stage: the backbone
+    fine-tuned through the hardened pruning, distilled from the unpruned
+    model. ``joint_token_drop`` trains it at more pruning than the budget
+    allows on the frozen model (the scale that costs that many points), then
+    calibrates the scale again on the trained model, to the budget.
 
     ``tokens``: ``none``; ``ltp`` learns one importance threshold per layer
     with a soft mask (temperature ``token_temperature``, sparsity weight
@@ -113,6 +118,10 @@ class DynamicConfig(Config):
     joint: bool = knob(False, help="Also train the backbone, through the hard token pruning where tokens are "
                                            "pruned (the static model then changes).")
     backbone_lr: float = knob(2e-5, help="Backbone learning rate with --joint.")
+    joint_token_drop: float | None = knob(None, help="With --joint and --tokens ltp: train the backbone at the token "
+                                          "scale that costs this many points on validation before the training "
+                                          "(more pruning than the budget allows), then calibrate the scale again on "
+                                          "the trained model, to the budget. Default: train at the budget's scale.")
     temperature: float = knob(2.0, help="Distillation temperature of the exits.")
     label_weight: float = knob(0.0, help="Weight of the label loss beside distillation.")
     token_epochs: float = knob(1.0, help="ltp: soft-mask threshold learning epochs.")
@@ -171,6 +180,13 @@ class DynamicConfig(Config):
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
         if not isinstance(self.joint, bool):
             raise ValueError(f"joint must be True or False, got {self.joint!r}")
+        if self.joint_token_drop is not None:
+            v = self.joint_token_drop
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v <= 100.0:
+                raise ValueError(f"joint_token_drop must be in (0, 100] accuracy points, got {v!r}")
+            if not (self.joint and self.tokens == "ltp"):
+                raise ValueError("joint_token_drop trains the backbone at a token scale: it needs joint=True and "
+                                 f"tokens='ltp', got joint={self.joint}, tokens={self.tokens!r}")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"threads must be >= 1, got {self.threads!r}")
 

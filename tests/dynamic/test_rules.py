@@ -65,9 +65,13 @@ def test_config_and_spec_validation():
     with pytest.raises(ValueError, match="exit on layer 9"):
         DynamicConfig(exits=(2, 9)).exit_layers(6)
     for bad in (dict(exits=(0,)), dict(rule="magic"), dict(threshold=1.5), dict(tokens="keep", keep_ratio=0.0),
-                dict(keep_ratio=0.5), dict(exits=(), tokens="none"), dict(max_drop=-1)):
+                dict(keep_ratio=0.5), dict(exits=(), tokens="none"), dict(max_drop=-1),
+                dict(tokens="ltp", joint_token_drop=3.0), dict(joint=True, joint_token_drop=3.0),
+                dict(joint=True, tokens="keep", keep_ratio=0.5, joint_token_drop=3.0),
+                dict(joint=True, tokens="ltp", joint_token_drop=0.0), dict(joint=True, tokens="ltp", joint_token_drop=True)):
         with pytest.raises(ValueError):
             DynamicConfig(**bad)
+    assert DynamicConfig(exits=(), tokens="ltp", joint=True, joint_token_drop=3.0).joint_token_drop == 3.0
     with pytest.raises(ValueError, match="exits must be ascending"):
         DynamicSpec(num_layers=3, exits=(1, 2))
     with pytest.raises(ValueError, match="token_thresholds"):

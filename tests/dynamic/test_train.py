@@ -144,6 +144,62 @@ def test_joint_training_changes_the_backbone_and_keeps_exits_consistent(tiny_ft_
     assert "static_accuracy_after_joint" in res.report["validation"]
 
 
+def test_joint_token_pruning_alone_trains_past_the_budget_then_calibrates_again(tiny_ft_dir, dyn_task_dir):
+    """No exits, LTP, --joint: the backbone trains through the pruning at the scale that costs joint_token_drop on the
+    frozen model; the shipped scale is calibrated again, on the trained model, to max_drop."""
+    model, info = load_model(tiny_ft_dir)
+    cfg = DynamicConfig(exits=(), tokens="ltp", joint=True, joint_token_drop=40.0, max_drop=0.0, margin_se=0.0,
+                        epochs=1, token_epochs=1, val_rows=20, train_limit=40, max_seq_len=32, batch_size=16)
+    res = make_dynamic(model, info, load_task(dyn_task_dir), cfg, device="cpu")
+    assert not torch.equal(res.model.base.layers[0].query.weight, model.layers[0].query.weight)  # it trained
+    report = res.report
+    assert report["exit_training"]["mode"] == "joint"
+    first, after = report["token_calibration"], report["token_calibration_after_joint"]
+    assert first["budget_points"] == 40.0 and after["budget_points"] == 0.0
+    assert first["scale"] > 0  # 40 points on the frozen model buy some pruning to train at
+    learned = report["token_training"]["learned"]
+    layers = res.model.spec.token_layers
+    got = [res.model.spec.token_thresholds[l - 1] for l in layers]
+    np.testing.assert_allclose(got, [t * after["scale"] for t in learned], rtol=1e-6)  # the recalibrated scale ships
+    point = next(c for c in after["curve"] if c["scale"] == after["scale"])
+    assert point["drop"] <= 0.0 + 1e-9  # it fits the budget on the trained model
+
+
+def test_joint_token_drop_trains_at_its_scale_and_ships_the_scale_calibrated_after(tiny_ft_dir, dyn_task_dir,
+                                                                                     monkeypatch):
+    """The wiring, with the calibration replaced by a stand-in that answers a scale per call: the backbone trains at
+    the first scale (budget joint_token_drop, frozen backbone), the second call sees the trained backbone and the
+    max_drop budget, and its scale is the one shipped."""
+    import edgenlp.dynamic.api as api
+    import edgenlp.dynamic.train as T
+
+    model, info = load_model(tiny_ft_dir)
+    original = model.layers[0].query.weight.clone()
+    calls, trained_at = [], []
+
+    def calibrate(dyn, val, labels, static_right, s_cost, budget, **kw):
+        calls.append((budget, torch.equal(dyn.base.layers[0].query.weight, original)))
+        return (2.0 if len(calls) == 1 else 0.5), []
+
+    real_joint = T.train_joint
+
+    def joint(dyn, *a, **kw):
+        trained_at.append(dyn.spec.token_thresholds)
+        return real_joint(dyn, *a, **kw)
+
+    monkeypatch.setattr(api, "_calibrate_token_scale", calibrate)
+    monkeypatch.setattr(T, "train_joint", joint)
+    cfg = DynamicConfig(exits=(), tokens="ltp", joint=True, joint_token_drop=7.0, max_drop=1.0, epochs=1,
+                        token_epochs=1, val_rows=20, train_limit=40, max_seq_len=32, batch_size=16)
+    res = make_dynamic(model, info, load_task(dyn_task_dir), cfg, device="cpu")
+    learned = res.report["token_training"]["learned"]
+    layers = res.model.spec.token_layers
+    assert calls == [(7.0, True), (1.0, False)]  # frozen at joint_token_drop, then trained at max_drop
+    np.testing.assert_allclose([trained_at[0][l - 1] for l in layers], [2.0 * t for t in learned], rtol=1e-6)
+    np.testing.assert_allclose([res.model.spec.token_thresholds[l - 1] for l in layers], [0.5 * t for t in learned],
+                               rtol=1e-6)
+
+
 def test_layers_without_heads_never_drop_tokens():
     """A pruned layer with no attention heads cannot rank tokens: it is not a token layer, and decisions still match."""
     from edgenlp.dynamic.api import token_layers_of

@@ -178,7 +178,7 @@ def test_joint_token_drop_trains_at_its_scale_and_ships_the_scale_calibrated_aft
     calls, trained_at = [], []
 
     def calibrate(dyn, val, labels, static_right, s_cost, budget, **kw):
-        calls.append((budget, torch.equal(dyn.base.layers[0].query.weight, original)))
+        calls.append((budget, torch.equal(dyn.base.layers[0].query.weight, original), kw.get("stop_early", True)))
         return (2.0 if len(calls) == 1 else 0.5), []
 
     real_joint = T.train_joint
@@ -194,7 +194,8 @@ def test_joint_token_drop_trains_at_its_scale_and_ships_the_scale_calibrated_aft
     res = make_dynamic(model, info, load_task(dyn_task_dir), cfg, device="cpu")
     learned = res.report["token_training"]["learned"]
     layers = res.model.spec.token_layers
-    assert calls == [(7.0, True), (1.0, False)]  # frozen at joint_token_drop, then trained at max_drop
+    # frozen at joint_token_drop; then on the trained backbone, at max_drop, over the whole grid (not monotone there)
+    assert calls == [(7.0, True, True), (1.0, False, False)]
     np.testing.assert_allclose([trained_at[0][l - 1] for l in layers], [2.0 * t for t in learned], rtol=1e-6)
     np.testing.assert_allclose([res.model.spec.token_thresholds[l - 1] for l in layers], [0.5 * t for t in learned],
                                rtol=1e-6)

@@ -290,15 +290,21 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
     static_acc = float(static_right.mean())
     s_cost = static_cost(dyn.shape, static_trace.tokens[:, 0], dyn.num_labels)
     report["validation"] = {"static_accuracy": static_acc, "static_flops": s_cost}
+
+    def with_token_scale(dyn: DynamicModel, budget: float, **kw) -> tuple[DynamicModel, dict]:
+        """``dyn`` with the learned thresholds scaled to the cheapest setting that fits ``budget`` on its backbone,
+        and the calibration's record."""
+        dyn = dyn.with_spec(replace(dyn.spec, token_thresholds=thresholds))  # the scale multiplies the learned ones
+        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, budget, margin_se=config.margin_se,
+                                              pad_id=pad_id, device=dev_name, **kw)
+        return (dyn.with_spec(replace(dyn.spec, token_thresholds=_scaled(thresholds, scale))),
+                {"budget_points": budget, "margin_se": config.margin_se, "scale": scale, "curve": curve})
+
     if config.tokens == "ltp":
         budget = config.max_drop * (TOKEN_SHARE_OF_DROP if len(exits) > 1 else 1.0)
         # joint_token_drop: the backbone trains at the (larger) scale that costs that much on the frozen model
         first = budget if config.joint_token_drop is None else config.joint_token_drop
-        scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, first, margin_se=config.margin_se,
-                                              pad_id=pad_id, device=dev_name)
-        report["token_calibration"] = {"budget_points": first, "margin_se": config.margin_se, "scale": scale,
-                                       "curve": curve}
-        dyn = dyn.with_spec(replace(spec, token_thresholds=_scaled(thresholds, scale)))
+        dyn, report["token_calibration"] = with_token_scale(dyn, first)
         spec = dyn.spec
 
     # 2. exit heads: distilled from the final classifier (frozen backbone), or joint (with exits, or through the
@@ -316,13 +322,7 @@ def make_dynamic(model, info, task, config: DynamicConfig, *, device: str = "aut
             report["validation"]["static_accuracy_after_joint"] = float(
                 (static_trace.exit_logits[L].argmax(-1) == val_labels).mean())
         if config.joint_token_drop is not None:  # trained past the budget: the scale that fits it, on the new backbone
-            dyn = dyn.with_spec(replace(dyn.spec, token_thresholds=thresholds))
-            scale, curve = _calibrate_token_scale(dyn, val, val_labels, static_right, s_cost, budget,
-                                                  margin_se=config.margin_se, pad_id=pad_id, device=dev_name,
-                                                  stop_early=False)
-            report["token_calibration_after_joint"] = {"budget_points": budget, "margin_se": config.margin_se,
-                                                       "scale": scale, "curve": curve}
-            dyn = dyn.with_spec(replace(dyn.spec, token_thresholds=_scaled(thresholds, scale)))
+            dyn, report["token_calibration_after_joint"] = with_token_scale(dyn, budget, stop_early=False)
 
     # 3. the exit threshold
     trace = trace_split(dyn, val, pad_id=pad_id, device=dev_name)
